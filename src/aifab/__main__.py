@@ -1,0 +1,5 @@
+"""Allow ``python -m aifab``."""
+
+from aifab.cli.main import main
+
+main()

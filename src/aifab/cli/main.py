@@ -1,0 +1,59 @@
+"""The ``aifab`` command: a typer app whose groups live one per module.
+
+Errors users can act on print one line and exit non-zero; tracebacks only with ``--debug``.
+Heavy libraries are imported inside commands, so ``aifab --help`` stays fast.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import typer
+
+from aifab.cli import audit, data, pipeline, workspace
+from aifab.cli.output import error_line
+
+app = typer.Typer(
+    name="aifab",
+    help="aifab: the AI training platform, from raw data to served, watched models.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    add_completion=False,
+)
+
+
+@app.callback()
+def _root(
+    debug: bool = typer.Option(False, "--debug", help="Show full tracebacks on errors."),
+) -> None:
+    if debug:
+        os.environ["AIFAB_DEBUG"] = "1"
+
+
+workspace.register(app)
+pipeline.register(app)
+app.add_typer(data.app, name="data")
+app.add_typer(audit.app, name="audit")
+
+
+def main() -> None:
+    """Entry point: run the app and turn known errors into one line and an exit code."""
+    from aifab.core.errors import AifabError
+
+    debug = "--debug" in sys.argv or os.environ.get("AIFAB_DEBUG") == "1"
+    try:
+        app()
+    except AifabError as exc:
+        if debug:
+            raise
+        error_line(exc.message)
+        sys.exit(exc.exit_code)
+    except KeyboardInterrupt:
+        error_line("interrupted")
+        sys.exit(130)
+    except Exception as exc:  # noqa: BLE001 - the last line of defence for users
+        if debug:
+            raise
+        error_line(f"{type(exc).__name__}: {exc} (run with --debug for the traceback)")
+        sys.exit(1)

@@ -1,0 +1,75 @@
+"""Layer 0: settings, workspace, errors, ids, registry, metadata DB and the audit primitive.
+
+No torch, mlflow, ray or fastapi here: everything imports this package.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from aifab.core.actor import acting_as, current_actor
+from aifab.core.audit import ChainReport, audited, list_events, record_event, verify_chain
+from aifab.core.db import SCHEMA_REVISION, get_engine, session_scope
+from aifab.core.errors import (
+    AifabError,
+    ConflictError,
+    IntegrityError,
+    InvalidInputError,
+    NotFoundError,
+)
+from aifab.core.settings import Settings, get_settings
+from aifab.core.workspace import Workspace, get_workspace
+
+__all__ = [
+    "AifabError",
+    "ChainReport",
+    "ConflictError",
+    "IntegrityError",
+    "InvalidInputError",
+    "NotFoundError",
+    "SCHEMA_REVISION",
+    "Settings",
+    "Workspace",
+    "acting_as",
+    "audit_events",
+    "audited",
+    "current_actor",
+    "get_engine",
+    "get_settings",
+    "get_workspace",
+    "init_workspace",
+    "record_event",
+    "session_scope",
+    "verify_audit",
+]
+
+
+def init_workspace() -> dict[str, Any]:
+    """Create the workspace directories and migrate the metadata DB; report where things are."""
+    settings = get_settings()
+    ws = get_workspace(settings)
+    get_engine()
+    with session_scope() as s:
+        record_event(s, "workspace.init", f"workspace:{ws.root}")
+    return {
+        "home": str(ws.root),
+        "db_url": settings.resolved_db_url,
+        "schema_revision": SCHEMA_REVISION,
+        "lake": str(ws.lake),
+    }
+
+
+def verify_audit() -> ChainReport:
+    """Verify the audit hash chain of the configured metadata DB."""
+    with session_scope() as s:
+        return verify_chain(s)
+
+
+def audit_events(limit: int = 50, action: str | None = None) -> list[dict[str, Any]]:
+    """Recent audit events as dicts, newest first."""
+    with session_scope() as s:
+        return [
+            {"id": e.id, "ts": e.ts, "actor": e.actor, "action": e.action, "object": e.object,
+             "params_digest": e.params_digest, "hash": e.hash}
+            for e in list_events(s, limit=limit, action=action)
+        ]

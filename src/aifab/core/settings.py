@@ -1,0 +1,40 @@
+"""Process settings read from ``AIFAB_*`` environment variables."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class Settings(BaseSettings):
+    """Where aifab keeps its state and which backends it talks to."""
+
+    model_config = SettingsConfigDict(env_prefix="AIFAB_", frozen=True, extra="ignore")
+
+    home: Path = Field(Path(".aifab"), description="Workspace directory holding all local state.")
+    db_url: str | None = Field(
+        None, description="SQLAlchemy URL of the metadata DB; default SQLite in the workspace."
+    )
+    tracking_uri: str | None = Field(
+        None, description="MLflow tracking URI; default an MLflow SQLite DB in the workspace."
+    )
+    actor: str | None = Field(None, description="Who is acting, for the audit log (CLI).")
+    duckdb_memory_limit: str = Field("2GB", description="Memory cap for DuckDB queries.")
+    duckdb_threads: int | None = Field(None, description="DuckDB threads; default all cores.")
+
+    @property
+    def resolved_home(self) -> Path:
+        """The workspace directory as an absolute path."""
+        return self.home.expanduser().resolve()
+
+    @property
+    def resolved_db_url(self) -> str:
+        """The metadata DB URL, defaulting to ``aifab.db`` inside the workspace."""
+        return self.db_url or f"sqlite:///{self.resolved_home / 'aifab.db'}"
+
+
+def get_settings() -> Settings:
+    """Read settings from the environment now (cheap; not cached so tests can change env)."""
+    return Settings()

@@ -1,0 +1,59 @@
+"""The workspace directory layout (``AIFAB_HOME``) and its creation."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from aifab.core.settings import Settings, get_settings
+
+_SUBDIRS = ("lake", "artifacts", "logs", "indexes", "exports", "tmp")
+
+
+@dataclass(frozen=True)
+class Workspace:
+    """Paths inside one workspace root."""
+
+    root: Path
+
+    @property
+    def lake(self) -> Path:
+        """Immutable, content-addressed dataset objects."""
+        return self.root / "lake"
+
+    @property
+    def artifacts(self) -> Path:
+        """Fitted transforms, checkpoints and other run outputs."""
+        return self.root / "artifacts"
+
+    @property
+    def logs(self) -> Path:
+        """Job and server logs."""
+        return self.root / "logs"
+
+    @property
+    def indexes(self) -> Path:
+        """Vector and keyword indexes."""
+        return self.root / "indexes"
+
+    @property
+    def exports(self) -> Path:
+        """Exported models and datasets."""
+        return self.root / "exports"
+
+    @property
+    def tmp(self) -> Path:
+        """Scratch space on the same filesystem as the lake, so renames are atomic."""
+        return self.root / "tmp"
+
+    def ensure(self) -> Workspace:
+        """Create the workspace directories if missing and return self."""
+        for name in _SUBDIRS:
+            (self.root / name).mkdir(parents=True, exist_ok=True)
+        return self
+
+
+def get_workspace(settings: Settings | None = None) -> Workspace:
+    """Return the current workspace, creating its directories on first use."""
+    settings = settings or get_settings()
+    return Workspace(settings.resolved_home).ensure()

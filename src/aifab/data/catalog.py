@@ -1,0 +1,317 @@
+"""The dataset catalog: resolving references and committing new immutable versions.
+
+Every transform in the data layer ends in :func:`commit_query` or :func:`commit_staged`: stage a
+Parquet file, hash its rows, move it into the lake, then record the version, its lineage and an
+audit event in one transaction. Identical content returns the existing version.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import duckdb
+from sqlalchemy import func, select
+from sqlalchemy import exc as sa_exc
+from sqlalchemy.orm import Session
+
+from aifab.core.actor import current_actor
+from aifab.core.audit import record_event
+from aifab.core.db import session_scope
+from aifab.core.errors import NotFoundError
+from aifab.data import lake
+from aifab.data.profile import profile_relation
+from aifab.data.refs import DatasetRef, check_name, parse_ref
+from aifab.data.tables import DatasetRow, LineageEdge, VersionRow
+
+
+@dataclass(frozen=True)
+class VersionInfo:
+    """A dataset version as the rest of aifab sees it."""
+
+    id: int
+    dataset: str
+    version: int
+    content_hash: str
+    objects: tuple[str, ...]
+    schema: list[dict[str, Any]]
+    num_rows: int
+    num_bytes: int
+    source: str
+    transform: dict[str, Any]
+    created_at: float
+    created_by: str
+    parents: list[str] = field(default_factory=list)
+    profile: dict[str, Any] = field(default_factory=dict, repr=False)
+
+    @property
+    def ref(self) -> str:
+        """``NAME@VERSION``."""
+        return f"{self.dataset}@{self.version}"
+
+    @property
+    def columns(self) -> list[str]:
+        """Column names in order."""
+        return [c["name"] for c in self.schema]
+
+    def scan_sql(self) -> str:
+        """A DuckDB table expression reading this version."""
+        return lake.scan_sql(self.objects)
+
+    def to_dict(self, with_profile: bool = False) -> dict[str, Any]:
+        """A JSON-ready dict (profile omitted unless asked for)."""
+        d = asdict(self)
+        d["ref"] = self.ref
+        d["objects"] = list(self.objects)
+        if not with_profile:
+            d.pop("profile")
+        return d
+
+
+@dataclass(frozen=True)
+class CommitResult:
+    """The version a commit produced, and whether it is new."""
+
+    version: VersionInfo
+    created: bool
+
+
+def _info(session: Session, row: VersionRow, name: str) -> VersionInfo:
+    parent_refs = session.execute(
+        select(DatasetRow.name, VersionRow.version)
+        .join(VersionRow, VersionRow.dataset_id == DatasetRow.id)
+        .join(LineageEdge, LineageEdge.parent_id == VersionRow.id)
+        .where(LineageEdge.child_id == row.id)
+        .order_by(VersionRow.id)
+    ).all()
+    return VersionInfo(
+        id=row.id,
+        dataset=name,
+        version=row.version,
+        content_hash=row.content_hash,
+        objects=tuple(row.objects),
+        schema=list(row.schema),
+        num_rows=row.num_rows,
+        num_bytes=row.num_bytes,
+        source=row.source,
+        transform=dict(row.transform),
+        created_at=row.created_at,
+        created_by=row.created_by,
+        parents=[f"{n}@{v}" for n, v in parent_refs],
+        profile=dict(row.profile),
+    )
+
+
+def _dataset(session: Session, name: str) -> DatasetRow:
+    ds = session.scalar(select(DatasetRow).where(DatasetRow.name == name))
+    if ds is None:
+        raise NotFoundError(f"dataset {name!r} not found (see 'aifab data list')")
+    return ds
+
+
+def resolve_in(session: Session, ref: str | DatasetRef) -> VersionInfo:
+    """Resolve a reference inside an open session."""
+    r = parse_ref(ref) if isinstance(ref, str) else ref
+    ds = _dataset(session, r.name)
+    q = select(VersionRow).where(VersionRow.dataset_id == ds.id)
+    if r.version is not None:
+        q = q.where(VersionRow.version == r.version)
+    elif r.content_hash is not None:
+        q = q.where(VersionRow.content_hash.startswith(r.content_hash))
+    row = session.scalar(q.order_by(VersionRow.version.desc()).limit(1))
+    if row is None:
+        what = "has no versions" if r == DatasetRef(r.name) else f"has no version {str(r)!r}"
+        raise NotFoundError(f"dataset {r.name!r} {what}")
+    return _info(session, row, ds.name)
+
+
+def resolve(ref: str | DatasetRef) -> VersionInfo:
+    """Resolve ``NAME`` or ``NAME@VERSION`` to a version; :class:`NotFoundError` if absent."""
+    with session_scope() as s:
+        return resolve_in(s, ref)
+
+
+def list_versions(name: str) -> list[VersionInfo]:
+    """All versions of a dataset, oldest first."""
+    with session_scope() as s:
+        ds = _dataset(s, name)
+        rows = s.scalars(
+            select(VersionRow).where(VersionRow.dataset_id == ds.id).order_by(VersionRow.version)
+        )
+        return [_info(s, r, ds.name) for r in rows]
+
+
+def list_datasets() -> list[dict[str, Any]]:
+    """One summary per dataset: name, latest version, rows, versions count, updated time."""
+    with session_scope() as s:
+        latest = (
+            select(VersionRow.dataset_id, func.max(VersionRow.version).label("v"),
+                   func.count(VersionRow.id).label("n"))
+            .group_by(VersionRow.dataset_id)
+            .subquery()
+        )
+        rows = s.execute(
+            select(DatasetRow, VersionRow, latest.c.n)
+            .join(latest, latest.c.dataset_id == DatasetRow.id)
+            .join(VersionRow, (VersionRow.dataset_id == DatasetRow.id)
+                  & (VersionRow.version == latest.c.v))
+            .order_by(DatasetRow.name)
+        ).all()
+        return [
+            {
+                "name": ds.name,
+                "latest": f"{ds.name}@{v.version}",
+                "versions": int(n),
+                "rows": v.num_rows,
+                "columns": len(v.schema),
+                "updated_at": v.created_at,
+                "description": ds.description,
+            }
+            for ds, v, n in rows
+        ]
+
+
+def _describe(con: duckdb.DuckDBPyConnection, rel: str) -> list[dict[str, Any]]:
+    return [
+        {"name": name, "type": col_type, "nullable": nullable == "YES"}
+        for name, col_type, nullable, *_ in con.execute(f"DESCRIBE SELECT * FROM {rel}").fetchall()
+    ]
+
+
+def _existing(session: Session, name: str, content_hash: str) -> VersionInfo | None:
+    ds = session.scalar(select(DatasetRow).where(DatasetRow.name == name))
+    if ds is None:
+        return None
+    row = session.scalar(
+        select(VersionRow).where(
+            VersionRow.dataset_id == ds.id, VersionRow.content_hash == content_hash
+        )
+    )
+    return _info(session, row, name) if row else None
+
+
+def _record(
+    name: str,
+    content_hash: str,
+    objects: Sequence[str],
+    meta: dict[str, Any],
+    parents: Sequence[VersionInfo],
+    description: str,
+) -> CommitResult:
+    """Insert the version row (retrying if a concurrent writer took the number)."""
+    for attempt in range(50):
+        try:
+            with session_scope() as s:
+                found = _existing(s, name, content_hash)
+                if found is not None:
+                    return CommitResult(found, created=False)
+                ds = s.scalar(select(DatasetRow).where(DatasetRow.name == name))
+                if ds is None:
+                    ds = DatasetRow(name=name, description=description, created_at=time.time())
+                    s.add(ds)
+                    s.flush()
+                top = s.scalar(select(func.max(VersionRow.version)).where(
+                    VersionRow.dataset_id == ds.id))
+                row = VersionRow(
+                    dataset_id=ds.id,
+                    version=(top or 0) + 1,
+                    content_hash=content_hash,
+                    objects=list(objects),
+                    created_at=time.time(),
+                    created_by=current_actor(),
+                    **meta,
+                )
+                s.add(row)
+                s.flush()
+                for p in {p.id for p in parents}:
+                    s.add(LineageEdge(child_id=row.id, parent_id=p))
+                record_event(
+                    s,
+                    "dataset.version.create",
+                    f"dataset:{name}@{row.version}",
+                    {"content_hash": content_hash, "transform": meta["transform"],
+                     "parents": [p.ref for p in parents]},
+                )
+                s.flush()
+                return CommitResult(_info(s, row, name), created=True)
+        except sa_exc.IntegrityError:
+            time.sleep(0.005 * (attempt + 1))
+    raise RuntimeError(f"could not commit a version of {name!r}: too much contention")
+
+
+def commit_staged(
+    name: str,
+    staged: Path,
+    *,
+    source: str,
+    transform: dict[str, Any],
+    parents: Sequence[VersionInfo] = (),
+    base: VersionInfo | None = None,
+    description: str = "",
+    con: duckdb.DuckDBPyConnection | None = None,
+) -> CommitResult:
+    """Commit a staged Parquet file as the next version of ``name``.
+
+    Args:
+        name: dataset to add the version to (created if new).
+        staged: a Parquet file in the workspace's ``tmp/``; it is moved into the lake.
+        source: where the data came from (path, URL, ``clean(iris@2)``...).
+        transform: what produced it, e.g. ``{"kind": "clean", "spec": {...}}``.
+        parents: versions it was derived from (lineage edges).
+        base: when set, the new version is ``base``'s objects followed by the staged one
+            (appends), instead of the staged object alone.
+        description: dataset description, used only when the dataset is created.
+        con: a DuckDB connection to reuse.
+    """
+    check_name(name)
+    con = con or lake.connect()
+    obj_digest = lake.content_hash(con, [staged])
+    digest = obj_digest if base is None else lake.combine_hashes([base.content_hash, obj_digest])
+    with session_scope() as s:
+        found = _existing(s, name, digest)
+    if found is not None:
+        staged.unlink(missing_ok=True)
+        return CommitResult(found, created=False)
+    rel = lake.scan_sql_paths([staged])
+    meta = {
+        "schema": _describe(con, rel),
+        "profile": {},
+        "num_rows": 0,
+        "num_bytes": staged.stat().st_size,
+        "source": source,
+        "transform": transform,
+    }
+    key = lake.put_object(staged, obj_digest)
+    objects = [*(base.objects if base else ()), key]
+    full = lake.scan_sql(objects)
+    meta["profile"] = profile_relation(con, full)
+    meta["num_rows"] = meta["profile"]["num_rows"]
+    if base is not None:
+        meta["num_bytes"] += base.num_bytes
+    return _record(name, digest, objects, meta, parents, description)
+
+
+def commit_query(
+    name: str,
+    select_sql: str,
+    *,
+    source: str,
+    transform: dict[str, Any],
+    parents: Sequence[VersionInfo] = (),
+    description: str = "",
+    con: duckdb.DuckDBPyConnection | None = None,
+) -> CommitResult:
+    """Run ``select_sql`` in DuckDB, stage its result as Parquet and commit it (see above)."""
+    con = con or lake.connect()
+    staged = lake.staging_path()
+    try:
+        lake.copy_to_parquet(con, select_sql, staged)
+        return commit_staged(
+            name, staged, source=source, transform=transform, parents=parents,
+            description=description, con=con,
+        )
+    finally:
+        staged.unlink(missing_ok=True)

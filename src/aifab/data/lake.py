@@ -1,0 +1,107 @@
+"""The lake: immutable, content-addressed Parquet objects, read and written through DuckDB.
+
+A dataset version is an ordered list of objects (usually one; appends add more). Objects are
+staged in ``tmp/`` and moved into ``lake/objects/`` by an atomic rename named after their content
+hash, so a crash never leaves a partial object where a reader can see it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from collections.abc import Sequence
+from pathlib import Path
+
+import duckdb
+
+from aifab.core.ids import new_id
+from aifab.core.settings import get_settings
+from aifab.core.workspace import get_workspace
+
+#: Rows per hashing batch; any value gives the same digest (the stream is row by row).
+_HASH_BATCH = 1 << 20
+
+
+def connect() -> duckdb.DuckDBPyConnection:
+    """An in-memory DuckDB connection with the workspace's memory cap and spill directory."""
+    settings = get_settings()
+    ws = get_workspace(settings)
+    con = duckdb.connect()
+    con.execute(f"SET memory_limit='{settings.duckdb_memory_limit}'")
+    con.execute(f"SET temp_directory='{ws.tmp / 'duckdb'}'")
+    if settings.duckdb_threads:
+        con.execute(f"SET threads={int(settings.duckdb_threads)}")
+    return con
+
+
+def sql_string(value: str) -> str:
+    """Quote ``value`` as a SQL string literal."""
+    return "'" + value.replace("'", "''") + "'"
+
+
+def sql_ident(name: str) -> str:
+    """Quote ``name`` as a SQL identifier."""
+    return '"' + name.replace('"', '""') + '"'
+
+
+def object_path(key: str) -> Path:
+    """Absolute path of the lake object ``key``."""
+    return get_workspace().lake / key
+
+
+def scan_sql(objects: Sequence[str]) -> str:
+    """A ``read_parquet([...])`` table expression over the given object keys, in order."""
+    return scan_sql_paths([object_path(k) for k in objects])
+
+
+def scan_sql_paths(files: Sequence[Path]) -> str:
+    """A ``read_parquet([...])`` table expression over absolute file paths."""
+    return "read_parquet([" + ", ".join(sql_string(str(f)) for f in files) + "])"
+
+
+def combine_hashes(digests: Sequence[str]) -> str:
+    """Digest of an ordered list of digests (a version made of several objects)."""
+    return hashlib.sha256("".join(digests).encode()).hexdigest()
+
+
+def staging_path(suffix: str = ".parquet") -> Path:
+    """A fresh path in the workspace's scratch directory (same filesystem as the lake)."""
+    return get_workspace().tmp / f"{new_id('stage')}{suffix}"
+
+
+def copy_to_parquet(con: duckdb.DuckDBPyConnection, select_sql: str, dest: Path) -> None:
+    """Stream the result of ``select_sql`` into a Parquet file (bounded memory)."""
+    con.execute(
+        f"COPY ({select_sql}) TO {sql_string(str(dest))} "
+        "(FORMAT parquet, COMPRESSION zstd, ROW_GROUP_SIZE 122880)"
+    )
+
+
+def content_hash(con: duckdb.DuckDBPyConnection, files: Sequence[Path]) -> str:
+    """Order-sensitive digest of the rows and column types in ``files``.
+
+    Independent of how the rows are split into files or row groups, so re-ingesting the same
+    content gives the same hash.
+    """
+    rel = scan_sql_paths(files)
+    h = hashlib.sha256()
+    for name, col_type, *_ in con.execute(f"DESCRIBE SELECT * FROM {rel}").fetchall():
+        h.update(f"{name}:{col_type};".encode())
+    reader = con.sql(f"SELECT hash(t) AS h FROM {rel} t").to_arrow_reader(_HASH_BATCH)
+    for batch in reader:
+        h.update(batch.column(0).to_numpy(zero_copy_only=False).tobytes())
+    return h.hexdigest()
+
+
+def put_object(staged: Path, digest: str) -> str:
+    """Move a staged Parquet file into the lake under its digest; return its key."""
+    key = f"objects/{digest[:2]}/{digest}.parquet"
+    target = object_path(key)
+    if target.exists():
+        staged.unlink(missing_ok=True)
+        return key
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with open(staged, "rb") as fh:
+        os.fsync(fh.fileno())
+    os.replace(staged, target)
+    return key

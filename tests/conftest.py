@@ -1,0 +1,52 @@
+"""Shared fixtures: every test gets its own workspace; ``cli`` runs the real ``aifab`` command."""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from aifab.core.db import reset_engines
+
+
+@pytest.fixture(autouse=True)
+def workspace(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A fresh AIFAB_HOME per test (and engines pointing at it)."""
+    home = tmp_path / "ws"
+    monkeypatch.setenv("AIFAB_HOME", str(home))
+    monkeypatch.setenv("AIFAB_ACTOR", "user:test")
+    monkeypatch.delenv("AIFAB_DB_URL", raising=False)
+    monkeypatch.delenv("AIFAB_DEBUG", raising=False)
+    reset_engines()
+    yield home
+    reset_engines()
+
+
+@dataclass
+class CliResult:
+    """What one ``aifab`` invocation did."""
+
+    exit_code: int
+    stdout: str
+    stderr: str
+
+
+@pytest.fixture
+def cli(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch):
+    """Run ``aifab ARGS...`` in-process through the real entry point (error handling included)."""
+    from aifab.cli.main import main
+
+    def run(*args: object) -> CliResult:
+        monkeypatch.setattr(sys, "argv", ["aifab", *(str(a) for a in args)])
+        monkeypatch.setenv("COLUMNS", "200")
+        code = 0
+        try:
+            main()
+        except SystemExit as exc:
+            code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+        out = capsys.readouterr()
+        return CliResult(code, out.out, out.err)
+
+    return run
