@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -61,3 +62,16 @@ def parse_config(model: type[M], data: Any, source: str) -> M:
 def load_config(model: type[M], path: Path) -> M:
     """Load and validate a YAML file as ``model``."""
     return parse_config(model, load_yaml(path), str(path))
+
+
+def as_config(model: type[M], spec: M | Path | str | Mapping[str, Any] | None, source: str) -> M:
+    """Accept a config as an instance, a YAML path, or a mapping; return a validated ``model``.
+
+    Service functions take specs in any of these forms, so the CLI passes paths, the pipeline
+    runner passes mappings and Python users pass objects.
+    """
+    if isinstance(spec, model):
+        return spec
+    if isinstance(spec, str | Path):
+        return load_config(model, Path(spec))
+    return parse_config(model, dict(spec) if spec is not None else {}, source)
