@@ -5,7 +5,8 @@ from __future__ import annotations
 import json
 import sys
 from collections.abc import Sequence
-from datetime import UTC, datetime
+from datetime import UTC, date, datetime, time
+from decimal import Decimal
 from typing import Any
 
 JSON_HELP = "Print machine-readable JSON instead of a table."
@@ -28,9 +29,20 @@ def when(ts: float | None) -> str:
     return datetime.fromtimestamp(ts, UTC).strftime("%Y-%m-%d %H:%M:%S")
 
 
+def _json_default(value: Any) -> Any:
+    """JSON for values DuckDB/Arrow hand back: decimals as numbers, dates as ISO strings."""
+    if isinstance(value, Decimal):
+        return int(value) if value == value.to_integral_value() else float(value)
+    if isinstance(value, datetime | date | time):
+        return value.isoformat()
+    if isinstance(value, bytes):
+        return value.hex()
+    return str(value)
+
+
 def print_json(data: Any) -> None:
     """Write ``data`` as JSON to stdout."""
-    sys.stdout.write(json.dumps(data, indent=2, default=str) + "\n")
+    sys.stdout.write(json.dumps(data, indent=2, default=_json_default) + "\n")
 
 
 def print_table(

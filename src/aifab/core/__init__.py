@@ -69,7 +69,14 @@ def audit_events(limit: int = 50, action: str | None = None) -> list[dict[str, A
     """Recent audit events as dicts, newest first."""
     with session_scope() as s:
         return [
-            {"id": e.id, "ts": e.ts, "actor": e.actor, "action": e.action, "object": e.object,
-             "params_digest": e.params_digest, "hash": e.hash}
+            {
+                "id": e.id,
+                "ts": e.ts,
+                "actor": e.actor,
+                "action": e.action,
+                "object": e.object,
+                "params_digest": e.params_digest,
+                "hash": e.hash,
+            }
             for e in list_events(s, limit=limit, action=action)
         ]

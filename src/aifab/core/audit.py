@@ -118,7 +118,9 @@ def verify_chain(session: Session) -> ChainReport:
         n += 1
         if ev.prev_hash != prev:
             problems.append(f"event {ev.id}: chain broken (an earlier event was deleted or edited)")
-        expected = _event_hash(ev.prev_hash, ev.ts, ev.actor, ev.action, ev.object, ev.params_digest)
+        expected = _event_hash(
+            ev.prev_hash, ev.ts, ev.actor, ev.action, ev.object, ev.params_digest
+        )
         if ev.hash != expected:
             problems.append(f"event {ev.id}: contents do not match its hash (edited)")
         prev = ev.hash

@@ -14,8 +14,8 @@ from pathlib import Path
 from typing import Any
 
 import duckdb
-from sqlalchemy import func, select
 from sqlalchemy import exc as sa_exc
+from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from aifab.core.actor import current_actor
@@ -148,16 +148,21 @@ def list_datasets() -> list[dict[str, Any]]:
     """One summary per dataset: name, latest version, rows, versions count, updated time."""
     with session_scope() as s:
         latest = (
-            select(VersionRow.dataset_id, func.max(VersionRow.version).label("v"),
-                   func.count(VersionRow.id).label("n"))
+            select(
+                VersionRow.dataset_id,
+                func.max(VersionRow.version).label("v"),
+                func.count(VersionRow.id).label("n"),
+            )
             .group_by(VersionRow.dataset_id)
             .subquery()
         )
         rows = s.execute(
             select(DatasetRow, VersionRow, latest.c.n)
             .join(latest, latest.c.dataset_id == DatasetRow.id)
-            .join(VersionRow, (VersionRow.dataset_id == DatasetRow.id)
-                  & (VersionRow.version == latest.c.v))
+            .join(
+                VersionRow,
+                (VersionRow.dataset_id == DatasetRow.id) & (VersionRow.version == latest.c.v),
+            )
             .order_by(DatasetRow.name)
         ).all()
         return [
@@ -213,8 +218,9 @@ def _record(
                     ds = DatasetRow(name=name, description=description, created_at=time.time())
                     s.add(ds)
                     s.flush()
-                top = s.scalar(select(func.max(VersionRow.version)).where(
-                    VersionRow.dataset_id == ds.id))
+                top = s.scalar(
+                    select(func.max(VersionRow.version)).where(VersionRow.dataset_id == ds.id)
+                )
                 row = VersionRow(
                     dataset_id=ds.id,
                     version=(top or 0) + 1,
@@ -232,8 +238,11 @@ def _record(
                     s,
                     "dataset.version.create",
                     f"dataset:{name}@{row.version}",
-                    {"content_hash": content_hash, "transform": meta["transform"],
-                     "parents": [p.ref for p in parents]},
+                    {
+                        "content_hash": content_hash,
+                        "transform": meta["transform"],
+                        "parents": [p.ref for p in parents],
+                    },
                 )
                 s.flush()
                 return CommitResult(_info(s, row, name), created=True)
@@ -276,7 +285,7 @@ def commit_staged(
         staged.unlink(missing_ok=True)
         return CommitResult(found, created=False)
     rel = lake.scan_sql_paths([staged])
-    meta = {
+    meta: dict[str, Any] = {
         "schema": _describe(con, rel),
         "profile": {},
         "num_rows": 0,
@@ -310,8 +319,13 @@ def commit_query(
     try:
         lake.copy_to_parquet(con, select_sql, staged)
         return commit_staged(
-            name, staged, source=source, transform=transform, parents=parents,
-            description=description, con=con,
+            name,
+            staged,
+            source=source,
+            transform=transform,
+            parents=parents,
+            description=description,
+            con=con,
         )
     finally:
         staged.unlink(missing_ok=True)

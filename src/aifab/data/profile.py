@@ -12,11 +12,32 @@ from aifab.data.lake import sql_ident
 QUANTILES = (0.01, 0.05, 0.25, 0.5, 0.75, 0.95, 0.99)
 HISTOGRAM_BINS = 20
 TOP_K = 10
+EXACT_DISTINCT_MAX_ROWS = 1_000_000
 
-_NUMERIC = ("TINYINT", "SMALLINT", "INTEGER", "BIGINT", "HUGEINT", "UTINYINT", "USMALLINT",
-            "UINTEGER", "UBIGINT", "UHUGEINT", "FLOAT", "DOUBLE", "REAL")
-_TEMPORAL = ("DATE", "TIMESTAMP", "TIME", "TIMESTAMP WITH TIME ZONE", "TIMESTAMP_NS",
-             "TIMESTAMP_MS", "TIMESTAMP_S")
+_NUMERIC = (
+    "TINYINT",
+    "SMALLINT",
+    "INTEGER",
+    "BIGINT",
+    "HUGEINT",
+    "UTINYINT",
+    "USMALLINT",
+    "UINTEGER",
+    "UBIGINT",
+    "UHUGEINT",
+    "FLOAT",
+    "DOUBLE",
+    "REAL",
+)
+_TEMPORAL = (
+    "DATE",
+    "TIMESTAMP",
+    "TIME",
+    "TIMESTAMP WITH TIME ZONE",
+    "TIMESTAMP_NS",
+    "TIMESTAMP_MS",
+    "TIMESTAMP_S",
+)
 
 
 def kind_of(col_type: str) -> str:
@@ -97,8 +118,10 @@ def profile_relation(con: duckdb.DuckDBPyConnection, rel: str) -> dict[str, Any]
     columns: dict[str, Any] = {}
     if not schema:
         return {"num_rows": n, "columns": columns}
+    # Exact distinct counts while they are cheap; HyperLogLog beyond that.
+    distinct = "count(DISTINCT {})" if n <= EXACT_DISTINCT_MAX_ROWS else "approx_count_distinct({})"
     aggs = ", ".join(
-        f"count({sql_ident(name)}), approx_count_distinct({sql_ident(name)})"
+        f"count({sql_ident(name)}), " + distinct.format(sql_ident(name))
         if kind_of(t) != "other"
         else f"count({sql_ident(name)}), NULL"
         for name, t, *_ in schema

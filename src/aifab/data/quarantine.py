@@ -39,9 +39,18 @@ def quarantine(
             s.execute(QuarantineRow.__table__.insert(), batch)  # type: ignore[attr-defined]
 
     for item in items:
-        batch.append({"dataset": dataset, "version_id": version_id, "stage": stage,
-                      "rule": item.rule, "line": item.line, "reason": item.reason,
-                      "record": item.record, "created_at": now})
+        batch.append(
+            {
+                "dataset": dataset,
+                "version_id": version_id,
+                "stage": stage,
+                "rule": item.rule,
+                "line": item.line,
+                "reason": item.reason,
+                "record": item.record,
+                "created_at": now,
+            }
+        )
         if len(batch) >= _BATCH:
             flush()
             total += len(batch)
@@ -65,8 +74,16 @@ def list_quarantine(
             q = q.where(QuarantineRow.stage == stage)
         rows = s.scalars(q.order_by(QuarantineRow.id.desc()).limit(limit))
         return [
-            {"id": r.id, "stage": r.stage, "rule": r.rule, "line": r.line, "reason": r.reason,
-             "record": r.record, "version_id": r.version_id, "created_at": r.created_at}
+            {
+                "id": r.id,
+                "stage": r.stage,
+                "rule": r.rule,
+                "line": r.line,
+                "reason": r.reason,
+                "record": r.record,
+                "version_id": r.version_id,
+                "created_at": r.created_at,
+            }
             for r in rows
         ]
 

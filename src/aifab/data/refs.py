@@ -1,4 +1,4 @@
-"""Dataset references: ``NAME`` (latest), ``NAME@3``, ``NAME@v3``, ``NAME@latest``, ``NAME@<hash>``."""
+"""Dataset references: ``NAME`` (latest), ``NAME@3``, ``NAME@v3``, ``NAME@<hash>``."""
 
 from __future__ import annotations
 

@@ -1,0 +1,47 @@
+# aifab: `make demo` runs the quickstart, `make test` the whole suite, `make check` every gate.
+# Each target creates .venv if missing and installs torch==2.13.0 (CPU build) FIRST: anything
+# that pulls torch before it would download a multi-GB CUDA build.
+
+PYTHON ?= python3
+VENV   ?= .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.aifab-installed
+PYTEST_ARGS ?= -n 2 --dist loadfile
+
+.PHONY: install demo test check lint bench-data bench-ingest clean
+
+$(PY):
+	$(PYTHON) -m venv $(VENV)
+
+$(STAMP): pyproject.toml | $(PY)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet torch==2.13.0
+	$(PY) -m pip install --quiet -e '.[dev]'
+	touch $(STAMP)
+
+install: $(STAMP)
+
+demo: install
+	$(VENV)/bin/aifab demo
+
+# pytest exits 5 when it collected no tests: that is a failure here, not a pass.
+test: install
+	@$(PY) -m pytest $(PYTEST_ARGS); rc=$$?; \
+	if [ $$rc -eq 5 ]; then echo "error: pytest collected no tests"; exit 1; fi; exit $$rc
+
+lint: install
+	$(VENV)/bin/ruff check src tests bench
+	$(VENV)/bin/ruff format --check src tests bench
+	$(VENV)/bin/mypy src
+	$(VENV)/bin/lint-imports
+
+check: lint test
+
+bench-data: install
+	$(PY) bench/data_clean.py
+
+bench-ingest: install
+	$(PY) bench/ingest.py
+
+clean:
+	rm -rf $(VENV) .aifab .pytest_cache .mypy_cache .ruff_cache

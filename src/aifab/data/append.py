@@ -1,0 +1,209 @@
+"""Pushed events (devices, IoT, the server's records route) appended in micro-batches.
+
+Each call lands its records durably as a small pending Parquet file (atomic rename), so nothing
+is lost if the process dies. When enough rows are pending (or on ``flush``) the pending files are
+claimed by renaming them into a claim folder (only one process can win a rename), merged, and
+committed as a new version made of the previous version's objects plus one new object. A claim
+left by a dead process is handed back on the next flush.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from aifab.core.atomic import atomic_path
+from aifab.core.errors import InvalidInputError, NotFoundError
+from aifab.core.ids import new_id
+from aifab.core.workspace import get_workspace
+from aifab.data import lake
+from aifab.data.catalog import VersionInfo, commit_staged, resolve
+from aifab.data.quarantine import QuarantineItem, quarantine
+from aifab.data.refs import check_name
+
+#: Pending rows that trigger sealing a new version.
+DEFAULT_BATCH_ROWS = 1000
+
+
+@dataclass(frozen=True)
+class AppendResult:
+    """What an append did: rows accepted/quarantined, rows still pending, the sealed version."""
+
+    accepted: int
+    quarantined: int
+    pending_rows: int
+    version: VersionInfo | None
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready form."""
+        return {
+            "accepted": self.accepted,
+            "quarantined": self.quarantined,
+            "pending_rows": self.pending_rows,
+            "version": self.version.ref if self.version else None,
+        }
+
+
+def _pending_dir(name: str) -> Path:
+    return get_workspace().lake / "pending" / name
+
+
+def _latest(name: str) -> VersionInfo | None:
+    try:
+        return resolve(name)
+    except NotFoundError:
+        return None
+
+
+def _to_table(
+    records: Sequence[Mapping[str, Any]], schema: pa.Schema | None
+) -> tuple[pa.Table, list[QuarantineItem]]:
+    """Records -> Arrow table in ``schema``; records that do not fit are quarantined."""
+    good: list[Mapping[str, Any]] = []
+    bad: list[QuarantineItem] = []
+    for i, rec in enumerate(records):
+        if not isinstance(rec, Mapping):
+            raise InvalidInputError(f"record {i}: expected an object, got {type(rec).__name__}")
+        if schema is None:
+            good.append(rec)
+            continue
+        extra = set(rec) - set(schema.names)
+        if extra:
+            bad.append(
+                QuarantineItem(
+                    "schema",
+                    f"unknown fields {sorted(extra)}",
+                    json.loads(json.dumps(rec, default=str)),
+                    i,
+                )
+            )
+            continue
+        try:
+            pa.Table.from_pylist([rec], schema=schema)
+            good.append(rec)
+        except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, ValueError) as exc:
+            bad.append(
+                QuarantineItem(
+                    "schema", str(exc).splitlines()[0], json.loads(json.dumps(rec, default=str)), i
+                )
+            )
+    try:
+        table = pa.Table.from_pylist(list(good), schema=schema)
+    except (pa.ArrowInvalid, pa.ArrowTypeError) as exc:
+        raise InvalidInputError(f"records do not form a table: {exc}") from None
+    return table, bad
+
+
+def append_records(
+    name: str,
+    records: Sequence[Mapping[str, Any]],
+    *,
+    batch_rows: int = DEFAULT_BATCH_ROWS,
+    flush: bool = False,
+) -> AppendResult:
+    """Append pushed records to dataset ``name``.
+
+    Args:
+        name: the dataset (created on first append; later records must fit its schema).
+        records: JSON-like objects; those that do not fit the schema go to quarantine.
+        batch_rows: seal a new version once this many rows are pending.
+        flush: seal a version now, whatever is pending.
+
+    Returns:
+        Counts, and the version sealed by this call if any.
+    """
+    check_name(name)
+    if not records and not flush:
+        raise InvalidInputError("no records to append")
+    latest = _latest(name)
+    pending = _pending_dir(name)
+    schema = _pending_schema(pending) if latest is None else None
+    if latest is not None:
+        schema = pq.read_schema(lake.object_path(latest.objects[-1]))
+    table, bad = _to_table(records, schema)
+    if bad:
+        quarantine(name, "append", bad, latest.id if latest else None)
+    if table.num_rows:
+        with atomic_path(pending / f"{new_id('batch')}.parquet") as tmp:
+            pq.write_table(table, tmp)
+    rows = _count_rows(pending)
+    sealed = None
+    if rows and (flush or rows >= batch_rows):
+        sealed = flush_appends(name)
+        rows = _count_rows(pending)
+    return AppendResult(table.num_rows, len(bad), rows, sealed)
+
+
+def _pending_schema(pending: Path) -> pa.Schema | None:
+    files = sorted(pending.glob("*.parquet")) if pending.exists() else []
+    return pq.read_schema(files[0]) if files else None
+
+
+def _count_rows(pending: Path) -> int:
+    if not pending.exists():
+        return 0
+    return sum(pq.read_metadata(f).num_rows for f in pending.glob("*.parquet"))
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _recover_claims(pending: Path) -> None:
+    """Hand files claimed by dead processes back to the pending folder."""
+    for claim in pending.glob("claim-*"):
+        pid = int(claim.name.split("-")[1])
+        if _pid_alive(pid) and pid != os.getpid():
+            continue
+        for f in claim.glob("*.parquet"):
+            os.replace(f, pending / f.name)
+        shutil.rmtree(claim, ignore_errors=True)
+
+
+def flush_appends(name: str) -> VersionInfo | None:
+    """Seal every pending record of ``name`` into a new version; ``None`` if nothing pending."""
+    pending = _pending_dir(name)
+    if not pending.exists():
+        return None
+    _recover_claims(pending)
+    claim = pending / f"claim-{os.getpid()}-{os.urandom(4).hex()}"
+    claim.mkdir()
+    for f in sorted(pending.glob("*.parquet")):
+        try:
+            os.replace(f, claim / f.name)
+        except FileNotFoundError:
+            continue  # another process claimed it first
+    files = sorted(claim.glob("*.parquet"))
+    if not files:
+        claim.rmdir()
+        return None
+    con = lake.connect()
+    staged = lake.staging_path()
+    lake.copy_to_parquet(con, f"SELECT * FROM {lake.scan_sql_paths(files)}", staged)
+    rows = sum(pq.read_metadata(f).num_rows for f in files)
+    base = _latest(name)
+    result = commit_staged(
+        name,
+        staged,
+        source="append",
+        transform={"kind": "append", "rows": rows},
+        parents=[base] if base else [],
+        base=base,
+        con=con,
+    )
+    shutil.rmtree(claim, ignore_errors=True)
+    return result.version

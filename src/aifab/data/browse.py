@@ -1,0 +1,187 @@
+"""Reading the lake: head, SQL queries over datasets, version diffs, exports and lineage graphs."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+import duckdb
+import pyarrow as pa
+from sqlalchemy import select
+
+from aifab.core.db import session_scope
+from aifab.core.errors import InvalidInputError, NotFoundError
+from aifab.data import lake
+from aifab.data.catalog import VersionInfo, resolve, resolve_in
+from aifab.data.refs import parse_ref
+from aifab.data.tables import DatasetRow, LineageEdge, VersionRow
+
+EXPORT_FORMATS = ("parquet", "csv", "jsonl")
+_QUOTED = re.compile(r'"([^"]+)"')
+
+
+def head(ref: str, n: int = 10) -> pa.Table:
+    """The first ``n`` rows of a version."""
+    if n < 0:
+        raise InvalidInputError(f"n must be >= 0, got {n}")
+    v = resolve(ref)
+    return lake.connect().sql(f"SELECT * FROM {v.scan_sql()} LIMIT {int(n)}").to_arrow_table()
+
+
+def _bind_datasets(con: duckdb.DuckDBPyConnection, sql: str) -> None:
+    """Create a view per dataset named in ``sql``: ``name`` (latest) or ``"name@3"``."""
+    from aifab.data.catalog import list_datasets
+
+    names = {d["name"] for d in list_datasets()}
+    wanted = {m for m in _QUOTED.findall(sql) if "@" in m}
+    words = set(re.findall(r"[A-Za-z0-9_.\-]+", sql))
+    for name in names:
+        if name in words or f'"{name}"' in sql:
+            con.execute(
+                f"CREATE VIEW {lake.sql_ident(name)} AS SELECT * FROM {resolve(name).scan_sql()}"
+            )
+    for ref in wanted:
+        con.execute(f"CREATE VIEW {lake.sql_ident(ref)} AS SELECT * FROM {resolve(ref).scan_sql()}")
+
+
+def query(sql: str, limit: int | None = None) -> pa.Table:
+    """Run read-only SQL over datasets: ``SELECT * FROM iris`` or ``FROM "iris@2"``.
+
+    Raises:
+        InvalidInputError: the SQL does not parse or bind (the message says why, no traceback).
+    """
+    con = lake.connect()
+    _bind_datasets(con, sql)
+    try:
+        rel = con.sql(sql)
+        if rel is None:
+            raise InvalidInputError("query must be a SELECT that returns rows")
+        if limit is not None:
+            rel = rel.limit(limit)
+        return rel.to_arrow_table()
+    except duckdb.Error as exc:
+        first = str(exc).strip().splitlines()[0]
+        raise InvalidInputError(f"SQL error: {first}") from None
+
+
+def diff(a: str, b: str) -> dict[str, Any]:
+    """Compare two versions: schema changes, row counts, rows only in one side, profile shifts."""
+    va, vb = resolve(a), resolve(b)
+    ta = {c["name"]: c["type"] for c in va.schema}
+    tb = {c["name"]: c["type"] for c in vb.schema}
+    result: dict[str, Any] = {
+        "a": va.ref,
+        "b": vb.ref,
+        "same_content": va.content_hash == vb.content_hash,
+        "rows": {"a": va.num_rows, "b": vb.num_rows, "delta": vb.num_rows - va.num_rows},
+        "columns_added": sorted(set(tb) - set(ta)),
+        "columns_removed": sorted(set(ta) - set(tb)),
+        "columns_retyped": {c: [ta[c], tb[c]] for c in sorted(set(ta) & set(tb)) if ta[c] != tb[c]},
+    }
+    shared = [c for c in ta if c in tb and ta[c] == tb[c]]
+    if shared:
+        cols = ", ".join(lake.sql_ident(c) for c in shared)
+        con = lake.connect()
+        sa, sb = va.scan_sql(), vb.scan_sql()
+        only_a = f"SELECT {cols} FROM {sa} EXCEPT ALL SELECT {cols} FROM {sb}"
+        only_b = f"SELECT {cols} FROM {sb} EXCEPT ALL SELECT {cols} FROM {sa}"
+        row = con.execute(
+            f"SELECT (SELECT count(*) FROM ({only_a})), (SELECT count(*) FROM ({only_b}))"
+        ).fetchone()
+        result["rows_only_in_a"], result["rows_only_in_b"] = row or (0, 0)
+    result["profile_changes"] = _profile_changes(va, vb, shared)
+    return result
+
+
+def _profile_changes(va: VersionInfo, vb: VersionInfo, cols: list[str]) -> dict[str, Any]:
+    pa_, pb = va.profile.get("columns", {}), vb.profile.get("columns", {})
+    changes: dict[str, Any] = {}
+    for c in cols:
+        a, b = pa_.get(c, {}), pb.get(c, {})
+        delta = {
+            k: [a.get(k), b.get(k)]
+            for k in ("null_share", "distinct", "mean", "std", "min", "max")
+            if a.get(k) != b.get(k)
+        }
+        if delta:
+            changes[c] = delta
+    return changes
+
+
+def export(ref: str, path: Path, fmt: str | None = None) -> Path:
+    """Write a version to ``path`` as parquet, csv or jsonl (format from the suffix by default)."""
+    v = resolve(ref)
+    fmt = (fmt or path.suffix.lstrip(".")).lower()
+    if fmt == "json":
+        fmt = "jsonl"
+    if fmt not in EXPORT_FORMATS:
+        raise InvalidInputError(
+            f"cannot export to {fmt or 'a file without suffix'!r}: use one of {EXPORT_FORMATS}"
+        )
+    from aifab.core.atomic import atomic_path
+
+    options = {
+        "parquet": "FORMAT parquet",
+        "csv": "FORMAT csv, HEADER true",
+        "jsonl": "FORMAT json",
+    }[fmt]
+    with atomic_path(path) as tmp:
+        lake.connect().execute(
+            f"COPY (SELECT * FROM {v.scan_sql()}) TO {lake.sql_string(str(tmp))} ({options})"
+        )
+    return path
+
+
+def lineage(ref: str, depth: int = 50) -> dict[str, Any]:
+    """The ancestry and descendants of a version: nodes (versions) and edges (parent -> child)."""
+    with session_scope() as s:
+        root = resolve_in(s, parse_ref(ref))
+        nodes: dict[int, dict[str, Any]] = {}
+        edges: set[tuple[int, int]] = set()
+
+        def node(vid: int) -> None:
+            if vid in nodes:
+                return
+            row = s.get(VersionRow, vid)
+            if row is None:
+                raise NotFoundError(f"version id {vid} missing from the catalog")
+            ds = s.get(DatasetRow, row.dataset_id)
+            assert ds is not None
+            nodes[vid] = {
+                "ref": f"{ds.name}@{row.version}",
+                "rows": row.num_rows,
+                "source": row.source,
+                "transform": row.transform.get("kind"),
+                "created_at": row.created_at,
+            }
+
+        def walk(start: int, up: bool) -> None:
+            frontier, seen = [start], {start}
+            for _ in range(depth):
+                col_from, col_to = (
+                    (LineageEdge.child_id, LineageEdge.parent_id)
+                    if up
+                    else (LineageEdge.parent_id, LineageEdge.child_id)
+                )
+                pairs = s.execute(select(col_from, col_to).where(col_from.in_(frontier))).all()
+                frontier = []
+                for a_, b_ in pairs:
+                    edges.add((b_, a_) if up else (a_, b_))
+                    node(b_)
+                    if b_ not in seen:
+                        seen.add(b_)
+                        frontier.append(b_)
+                if not frontier:
+                    break
+
+        node(root.id)
+        walk(root.id, up=True)
+        walk(root.id, up=False)
+        return {
+            "root": root.ref,
+            "nodes": [nodes[k] for k in sorted(nodes)],
+            "edges": [
+                {"parent": nodes[p]["ref"], "child": nodes[c]["ref"]} for p, c in sorted(edges)
+            ],
+        }
