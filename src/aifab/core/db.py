@@ -19,7 +19,7 @@ from sqlalchemy.orm import DeclarativeBase, Session, sessionmaker
 from aifab.core.settings import get_settings
 
 #: The Alembic revision this code expects; a test checks it equals the migrations' head.
-SCHEMA_REVISION = "0001"
+SCHEMA_REVISION = "0002"
 
 _engines: dict[str, Engine] = {}
 _ready: set[str] = set()

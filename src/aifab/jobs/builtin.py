@@ -1,0 +1,18 @@
+"""Built-in recipes used by tests, benchmarks and health checks."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+
+def noop(config: dict[str, Any]) -> None:
+    """Do nothing (measures scheduling overhead)."""
+
+
+def sleep(config: dict[str, Any]) -> None:
+    """Sleep ``config["seconds"]`` seconds, then exit ``config.get("exit_code", 0)``."""
+    time.sleep(float(config.get("seconds", 1.0)))
+    code = int(config.get("exit_code", 0))
+    if code:
+        raise SystemExit(code)

@@ -1,0 +1,151 @@
+"""The worker loop: heartbeat, recover lost jobs, plan, launch, watch, stop, finish.
+
+``aifab worker`` runs it in the foreground; ``aifab serve`` runs it in a thread.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from aifab.jobs import scheduler
+from aifab.jobs.executors import Executor, get_executor
+from aifab.jobs.executors.base import AttemptStatus
+from aifab.jobs.launch import build_launch
+from aifab.jobs.policy import Policy
+from aifab.jobs.resources import ZERO
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class _Attempt:
+    job_id: str
+    attempt: int
+    handle: dict[str, Any]
+    started: float
+    timeout_s: float | None
+
+
+@dataclass
+class WorkerOptions:
+    """How a worker behaves."""
+
+    executor: str = "local"
+    lease_s: float = 15.0
+    poll_s: float = 0.2
+    policy: Policy = "aifab"
+    #: Exit once nothing is running and nothing is pending for this long (None: run forever).
+    exit_when_idle_s: float | None = None
+    executor_options: dict[str, Any] = field(default_factory=dict)
+
+
+class Worker:
+    """One scheduler + executor loop bound to one executor's capacity."""
+
+    def __init__(
+        self, options: WorkerOptions | None = None, executor: Executor | None = None
+    ) -> None:
+        self.options = options or WorkerOptions()
+        self.executor = executor or get_executor(
+            self.options.executor, **self.options.executor_options
+        )
+        nodes = self.executor.nodes()
+        capacity = ZERO
+        for n in nodes:
+            capacity = capacity + n.capacity
+        self.id = scheduler.register_worker(self.executor.name, capacity)
+        self.running: dict[tuple[str, int], _Attempt] = {}
+        self._last_beat = 0.0
+
+    def run(self, stop: threading.Event | None = None) -> None:
+        """Loop until ``stop`` is set (or idle long enough); stop running attempts on exit."""
+        stop = stop or threading.Event()
+        idle_since = time.time()
+        try:
+            while not stop.is_set():
+                busy = self.step()
+                if busy or self.running:
+                    idle_since = time.time()
+                elif (
+                    self.options.exit_when_idle_s is not None
+                    and time.time() - idle_since >= self.options.exit_when_idle_s
+                ):
+                    break
+                if not busy:
+                    stop.wait(self.options.poll_s)
+        finally:
+            for att in list(self.running.values()):
+                status = self.executor.stop(att.handle)
+                scheduler.finish(
+                    att.job_id, att.attempt, self.id, status, "preempted", "worker shut down"
+                )
+            scheduler.retire_worker(self.id)
+
+    def step(self) -> bool:
+        """One iteration; True if anything started or finished."""
+        now = time.time()
+        if now - self._last_beat >= self.options.lease_s / 3:
+            scheduler.heartbeat(self.id, self.options.lease_s)
+            scheduler.recover_lost(self.executor.reap)
+            self._last_beat = now
+        changed = self._watch()
+        claims = scheduler.plan(
+            self.id,
+            self.executor.name,
+            self.executor.nodes(),
+            lease_s=self.options.lease_s,
+            self_scheduling=self.executor.self_scheduling,
+            policy=self.options.policy,
+        )
+        for claim in claims:
+            self._start(claim)
+        return changed or bool(claims)
+
+    def _start(self, claim: scheduler.Claim) -> None:
+        try:
+            launch = build_launch(claim.job_id, claim.attempt, claim.spec, claim.nodes)
+            handle = self.executor.launch(launch)
+        except Exception as exc:  # noqa: BLE001 - a launch failure fails the attempt, not the worker
+            log.exception("launch of %s failed", claim.job_id)
+            scheduler.finish(
+                claim.job_id,
+                claim.attempt,
+                self.id,
+                AttemptStatus(True, [None] * len(claim.nodes)),
+                "failed",
+                f"launch failed: {exc}",
+            )
+            return
+        scheduler.record_handle(claim.job_id, claim.attempt, handle)
+        self.running[(claim.job_id, claim.attempt)] = _Attempt(
+            claim.job_id, claim.attempt, handle, time.time(), claim.spec.timeout
+        )
+
+    def _watch(self) -> bool:
+        changed = False
+        for key, att in list(self.running.items()):
+            owned, stop_request = scheduler.is_current(att.job_id, att.attempt, self.id)
+            outcome, reason = None, None
+            if not owned:
+                status, outcome, reason = self.executor.stop(att.handle), "lost", "superseded"
+            elif stop_request:
+                status = self.executor.stop(att.handle)
+                outcome = "cancelled" if stop_request == "cancel" else "preempted"
+            elif att.timeout_s is not None and time.time() - att.started > att.timeout_s:
+                status, outcome = self.executor.stop(att.handle), "timeout"
+                reason = f"timed out after {att.timeout_s:g} s"
+            else:
+                status = self.executor.poll(att.handle)
+                if status.done:
+                    outcome = "succeeded" if status.succeeded else "failed"
+            if outcome is None:
+                continue
+            if outcome != "lost":
+                scheduler.finish(att.job_id, att.attempt, self.id, status, outcome, reason)
+            del self.running[key]
+            changed = True
+        return changed
