@@ -87,7 +87,10 @@ def content_hash(con: duckdb.DuckDBPyConnection, files: Sequence[Path]) -> str:
     h = hashlib.sha256()
     for name, col_type, *_ in con.execute(f"DESCRIBE SELECT * FROM {rel}").fetchall():
         h.update(f"{name}:{col_type};".encode())
-    reader = con.sql(f"SELECT hash(t) AS h FROM {rel} t").to_arrow_reader(_HASH_BATCH)
+    # A row alias no column is called: ``hash(t)`` would hash a column named ``t`` instead.
+    reader = con.sql(f"SELECT hash(__aifab_row) AS h FROM {rel} AS __aifab_row").to_arrow_reader(
+        _HASH_BATCH
+    )
     for batch in reader:
         h.update(batch.column(0).to_numpy(zero_copy_only=False).tobytes())
     return h.hexdigest()

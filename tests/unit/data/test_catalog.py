@@ -141,3 +141,12 @@ def test_kill_9_mid_commit_leaves_no_partial_version(workspace: Path) -> None:
         assert lake.content_hash(con, files) == v.content_hash
         assert v.num_rows == 300000
     assert verify_audit().ok
+
+
+def test_content_hash_covers_every_column_whatever_its_name() -> None:
+    con = lake.connect()
+    d = Path(lake.staging_path()).parent
+    a, b = d / "a.parquet", d / "b.parquet"
+    lake.copy_to_parquet(con, "SELECT 1 AS t, 2 AS x", a)
+    lake.copy_to_parquet(con, "SELECT 1 AS t, 3 AS x", b)
+    assert lake.content_hash(con, [a]) != lake.content_hash(con, [b])
