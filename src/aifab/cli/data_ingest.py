@@ -1,9 +1,130 @@
-"""``aifab data`` commands for ingest."""
+"""``aifab data ingest``: files, folders, URLs, paginated APIs and crawls into dataset versions."""
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+from typing import Any
+
 import typer
+
+from aifab.cli.output import JSON_HELP, emit
+
+
+def _pairs(values: list[str] | None, sep: str, what: str) -> dict[str, str]:
+    """Parse ``KEY<sep>VALUE`` options (``--param page_size=50``, ``-H 'Accept: x'``)."""
+    from aifab.core.errors import InvalidInputError
+
+    out: dict[str, str] = {}
+    for item in values or []:
+        key, found, value = item.partition(sep)
+        if not found or not key.strip():
+            raise InvalidInputError(f"{what} {item!r}: expected KEY{sep}VALUE")
+        out[key.strip()] = value.strip()
+    return out
+
+
+def _options(options_file: Path | None, flags: dict[str, Any]) -> dict[str, Any]:
+    """Options from a YAML file, overridden by the flags that were given."""
+    from aifab.core.config import load_yaml
+    from aifab.core.errors import InvalidInputError
+
+    base = load_yaml(options_file) if options_file else {}
+    if not isinstance(base, dict):
+        raise InvalidInputError(f"{options_file}: expected a mapping of ingest options")
+    return {**base, **{k: v for k, v in flags.items() if v is not None and v != {}}}
+
+
+def _summary(result: Any) -> str:
+    v = result.version
+    if result.created:
+        text = f"ingested {result.rows} rows into {v.ref} from {v.source}"
+    else:
+        text = f"{v.ref} already holds this content ({result.rows} rows): no new version"
+    if result.rejected:
+        shown = ", ".join(str(n) for n in result.rejected_lines)
+        more = ", ..." if result.rejected > len(result.rejected_lines) else ""
+        what = f"malformed line(s) (lines {shown}{more})" if shown else "unreadable file(s)"
+        text += (
+            f"\nrejected {result.rejected} {what}; "
+            f"see 'aifab data quarantine {v.dataset} --stage ingest'"
+        )
+    return text
 
 
 def register(app: typer.Typer) -> None:
     """Add the ingest commands to the ``aifab data`` group."""
+
+    @app.command("ingest")
+    def ingest_cmd(
+        name: str = typer.Argument(..., help="Dataset to add the version to (created if new)."),
+        source: str = typer.Argument(
+            ..., help="File, folder, http(s) URL; an API URL with --api; a URL list with --crawl."
+        ),
+        api: bool = typer.Option(False, "--api", help="SOURCE is a paginated JSON REST API."),
+        crawl: bool = typer.Option(False, "--crawl", help="SOURCE is a file of URLs to crawl."),
+        kind: str = typer.Option("auto", help="auto, file, docs, images, url, api or crawl."),
+        fmt: str | None = typer.Option(None, "--format", help="csv, tsv, jsonl, json, parquet."),
+        delimiter: str | None = typer.Option(None, help="CSV delimiter (default sniffed)."),
+        header: bool | None = typer.Option(
+            None, "--header/--no-header", help="CSV has a header line (default yes)."
+        ),
+        sample_size: int | None = typer.Option(None, help="Rows sampled for types (-1: all)."),
+        records_field: str | None = typer.Option(None, help="API: dotted path of the records."),
+        next_field: str | None = typer.Option(None, help="API: dotted path of the next URL."),
+        page_param: str | None = typer.Option(None, help="API: page number query parameter."),
+        start_page: int | None = typer.Option(None, help="API: first page number (default 1)."),
+        param: list[str] | None = typer.Option(None, "--param", help="API: KEY=VALUE, repeat."),
+        http_header: list[str] | None = typer.Option(
+            None, "--http-header", "-H", help="HTTP header 'Name: value', repeatable."
+        ),
+        max_pages: int | None = typer.Option(None, help="Stop after N API or crawled pages."),
+        delay: float | None = typer.Option(None, help="Crawl: seconds between requests/host."),
+        max_bytes: int | None = typer.Option(None, help="Crawl: skip pages larger than this."),
+        depth: int | None = typer.Option(None, help="Crawl: follow same-host links N hops."),
+        robots: bool | None = typer.Option(
+            None, "--robots/--no-robots", help="Crawl: obey robots.txt (default yes)."
+        ),
+        retries: int | None = typer.Option(None, help="HTTP retries on 5xx/429/errors."),
+        timeout: float | None = typer.Option(None, help="HTTP timeout in seconds."),
+        options_file: Path | None = typer.Option(
+            None, "--options", "-o", help="YAML file of ingest options (flags override it)."
+        ),
+        progress: bool | None = typer.Option(
+            None, "--progress/--no-progress", help="Progress bar (default: when on a terminal)."
+        ),
+        as_json: bool = typer.Option(False, "--json", help=JSON_HELP),
+    ) -> None:
+        """Ingest SOURCE as a new version of dataset NAME (identical content: same version)."""
+        from aifab.core.errors import InvalidInputError
+        from aifab.data.ingest import ingest
+
+        if api and crawl:
+            raise InvalidInputError("use either --api or --crawl, not both")
+        flags = {
+            "format": fmt,
+            "delimiter": delimiter,
+            "header": header,
+            "sample_size": sample_size,
+            "records_field": records_field,
+            "next_field": next_field,
+            "page_param": page_param,
+            "start_page": start_page,
+            "params": _pairs(param, "=", "--param"),
+            "headers": _pairs(http_header, ":", "--http-header"),
+            "max_pages": max_pages,
+            "delay": delay,
+            "max_bytes": max_bytes,
+            "depth": depth,
+            "robots": robots,
+            "retries": retries,
+            "timeout": timeout,
+        }
+        result = ingest(
+            name,
+            source,
+            kind="api" if api else "crawl" if crawl else kind,
+            options=_options(options_file, flags),
+            progress=sys.stderr.isatty() if progress is None else progress,
+        )
+        emit(result.to_dict() if as_json else _summary(result), as_json)

@@ -1,9 +1,111 @@
-"""``aifab data`` commands for quality."""
+"""``aifab data clean | validate | quarantine``: data quality from the command line."""
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import typer
+
+from aifab.cli.output import JSON_HELP, emit, print_json, when
+
+_SPEC_FILE = typer.Option(..., "--file", "-f", help="The YAML spec.", show_default=False)
+_OUTPUT = typer.Option(
+    None, "--output", "-o", help="Dataset to write to (default: a new version of the input)."
+)
+
+
+def _short(text: str, width: int = 60) -> str:
+    return text if len(text) <= width else text[: width - 3] + "..."
+
+
+def clean_command(
+    name: str = typer.Argument(..., help="Dataset to clean: NAME or NAME@VERSION."),
+    file: Path = _SPEC_FILE,
+    output: str | None = _OUTPUT,
+    as_json: bool = typer.Option(False, "--json", help=JSON_HELP),
+) -> None:
+    """Apply the cleaning steps of a YAML file; commit the result as a new version."""
+    from aifab.data.clean import clean
+
+    result = clean(name, file, output=output)
+    v = result.version
+    steps = v.transform.get("steps", [])
+    if as_json:
+        print_json({"version": v.to_dict(), "created": result.created, "steps": steps})
+        return
+    rows = [
+        {
+            "step": s["step"],
+            "op": s["op"],
+            "details": {k: x for k, x in s.items() if k not in ("step", "op")} or "",
+        }
+        for s in steps
+    ]
+    emit(rows, False, ["step", "op", "details"])
+    state = "created" if result.created else "unchanged (same content as existing version)"
+    emit(f"{v.ref}: {v.num_rows} rows, {state}; parent {', '.join(v.parents)}", False)
+
+
+def validate_command(
+    name: str = typer.Argument(..., help="Dataset to check: NAME or NAME@VERSION."),
+    file: Path = _SPEC_FILE,
+    output: str | None = _OUTPUT,
+    as_json: bool = typer.Option(False, "--json", help=JSON_HELP),
+) -> None:
+    """Check a dataset against the expectations of a YAML file; exit 1 if it fails."""
+    from aifab.data.validate import validate
+
+    report = validate(name, file, output=output)
+    if as_json:
+        print_json(report.to_dict())
+    else:
+        rows = [
+            {
+                "rule": r.name,
+                "level": r.level,
+                "failed": r.failed,
+                "status": "ok" if r.passed else "FAILED",
+                "detail": r.detail,
+            }
+            for r in report.rules
+        ]
+        emit(rows, False, ["rule", "level", "failed", "status", "detail"])
+        version = report.version.ref if report.version else "none"
+        emit(
+            f"{'PASSED' if report.passed else 'FAILED'}: {report.failed_rows} of "
+            f"{report.rows} rows failed ({report.failure_share:.1%}), {report.quarantined} "
+            f"quarantined; passing rows: {version}",
+            False,
+        )
+    if not report.passed:
+        raise typer.Exit(1)
+
+
+def quarantine_command(
+    name: str = typer.Argument(..., help="Dataset name."),
+    stage: str | None = typer.Option(None, help="Only this stage (ingest, clean, validate)."),
+    limit: int = typer.Option(50, min=1, help="How many rows, newest first."),
+    as_json: bool = typer.Option(False, "--json", help=JSON_HELP),
+) -> None:
+    """List quarantined rows of a dataset with the rule they broke and why."""
+    from aifab.data.quarantine import list_quarantine
+
+    rows = list_quarantine(name, stage=stage, limit=limit)
+    if not as_json:
+        rows = [
+            {
+                **r,
+                "record": _short(json.dumps(r["record"], default=str)),
+                "created_at": when(r["created_at"]),
+            }
+            for r in rows
+        ]
+    emit(rows, as_json, ["id", "stage", "rule", "line", "reason", "record", "created_at"])
 
 
 def register(app: typer.Typer) -> None:
     """Add the quality commands to the ``aifab data`` group."""
+    app.command("clean")(clean_command)
+    app.command("validate")(validate_command)
+    app.command("quarantine")(quarantine_command)

@@ -1,9 +1,145 @@
-"""``aifab run`` and ``aifab demo``: execute pipeline YAML files."""
+"""``aifab run`` and ``aifab demo``: execute pipeline YAML files and show what they made."""
 
 from __future__ import annotations
 
+import os
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
 import typer
+
+from aifab.cli.output import JSON_HELP, emit, error_line, print_json, print_table
+
+if TYPE_CHECKING:
+    from aifab.pipeline import RunResult
+
+_FORCE_HELP = "Run every step, even those whose inputs are unchanged."
+_ONLY_HELP = "Run just this step (it reads the latest versions of its inputs)."
+_NEXT_COMMANDS = [
+    "aifab data list",
+    "aifab data lineage {features}",
+    "aifab data quarantine {quarantined}",
+    "aifab data head {features}",
+    "aifab run {pipeline} --force",
+]
 
 
 def register(app: typer.Typer) -> None:
     """Add the pipeline commands to the root app."""
+
+    @app.command("run")
+    def run(
+        pipeline: Path = typer.Argument(..., help="Pipeline YAML file."),
+        force: bool = typer.Option(False, "--force", help=_FORCE_HELP),
+        only: str | None = typer.Option(None, "--only", help=_ONLY_HELP),
+        as_json: bool = typer.Option(False, "--json", help=JSON_HELP),
+    ) -> None:
+        """Run a pipeline's steps in order, skipping those whose inputs have not changed."""
+        from aifab.pipeline import run_pipeline
+
+        result = run_pipeline(pipeline, force=force, only=only)
+        if as_json:
+            print_json(result.to_dict())
+        else:
+            _show_run(result, f"pipeline {result.pipeline} ({result.run_id})")
+        _exit_on_failure(result)
+
+    @app.command("demo")
+    def demo(
+        force: bool = typer.Option(False, "--force", help=_FORCE_HELP),
+        as_json: bool = typer.Option(False, "--json", help=JSON_HELP),
+    ) -> None:
+        """Run the quickstart pipeline in this workspace and show what it made."""
+        from aifab.pipeline import run_pipeline
+
+        path = _quickstart()
+        result = run_pipeline(path, force=force)
+        if as_json:
+            print_json({**result.to_dict(), "quarantine": _quarantine_counts(result)})
+        else:
+            _show_demo(result, path)
+        _exit_on_failure(result)
+
+
+def _quickstart() -> Path:
+    """The shipped quickstart pipeline (examples/ beside src/ in a source checkout)."""
+    import aifab
+    from aifab.core.errors import NotFoundError
+
+    path = Path(aifab.__file__).resolve().parents[2] / "examples" / "quickstart" / "pipeline.yaml"
+    if not path.is_file():
+        raise NotFoundError(
+            f"quickstart example not found at {path}: 'aifab demo' needs a source checkout "
+            "of aifab (the examples/ directory is not installed with the package)"
+        )
+    return path
+
+
+def _exit_on_failure(result: RunResult) -> None:
+    if result.ok:
+        return
+    if os.environ.get("AIFAB_DEBUG") == "1" and result.exception is not None:
+        raise result.exception
+    sys.stdout.flush()  # the step table first, then the error line
+    error_line(result.error or f"pipeline {result.pipeline!r} failed")
+    raise typer.Exit(result.exit_code or 1)
+
+
+def _outputs_text(outputs: dict[str, Any]) -> str:
+    return ", ".join(f"{d['ref']} ({d['rows']} rows)" for d in outputs.get("datasets", []))
+
+
+def _show_run(result: RunResult, title: str) -> None:
+    """The step table, then the artifacts the steps wrote (paths are too long for a cell)."""
+    rows = [
+        {
+            "step": s.name,
+            "uses": s.uses,
+            "status": s.status,
+            "outputs": _outputs_text(s.outputs),
+            "seconds": round(s.seconds, 2),
+        }
+        for s in result.steps
+    ]
+    print_table(rows, ["step", "uses", "status", "outputs", "seconds"], title=title)
+    for s in result.steps:
+        for artifact in s.outputs.get("artifacts", []):
+            emit(f"artifact of step {s.name!r}: {artifact}", False)
+
+
+def _quarantine_counts(result: RunResult) -> dict[str, dict[str, int]]:
+    """Quarantined rows per rule for every dataset the run read or wrote."""
+    from aifab.data.quarantine import count_quarantine
+
+    names: list[str] = []
+    for s in result.steps:
+        for d in s.inputs.get("datasets", []) + s.outputs.get("datasets", []):
+            name = d["ref"].partition("@")[0]
+            if name not in names:
+                names.append(name)
+    counts = {name: count_quarantine(name) for name in names}
+    return {name: c for name, c in counts.items() if c}
+
+
+def _show_demo(result: RunResult, path: Path) -> None:
+    _show_run(result, f"quickstart pipeline ({path})")
+    if not result.ok:
+        return
+    counts = _quarantine_counts(result)
+    rows = [
+        {"dataset": name, "rule": rule, "rows": n}
+        for name, rules in counts.items()
+        for rule, n in sorted(rules.items())
+    ]
+    if rows:
+        print_table(rows, ["dataset", "rule", "rows"], title="quarantined rows")
+    datasets = [d["ref"].partition("@")[0] for s in result.steps for d in s.outputs["datasets"]]
+    names = {
+        "features": datasets[-1] if datasets else "DATASET",
+        "quarantined": max(counts, key=lambda n: sum(counts[n].values())) if counts else "DATASET",
+        "pipeline": path,
+    }
+    emit("next, try:", False)
+    for cmd in _NEXT_COMMANDS:
+        emit("  " + cmd.format(**names), False)

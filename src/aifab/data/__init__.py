@@ -1,66 +1,75 @@
 """Layer 1, data: the versioned lake and the service functions over it.
 
-Every public service is importable from here (``from aifab.data import ingest``); the modules
-load on first use so importing the package stays cheap.
+Every public service is importable from here (``from aifab.data import ingest``). The CLI
+imports this package only inside commands, so ``aifab --help`` does not pay for it. Several
+modules share their main function's name (``clean.clean``); the imports below bind the package
+names to the functions.
 """
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from aifab.data.append import append_records, flush_appends
+from aifab.data.browse import diff, export, head, lineage, query
+from aifab.data.catalog import (
+    CommitResult,
+    VersionInfo,
+    commit_query,
+    commit_staged,
+    list_datasets,
+    list_versions,
+    resolve,
+)
+from aifab.data.clean import CleanSpec, clean
+from aifab.data.features import FeatureSpec, FeatureTransform, fit_features, load_feature_transform
+from aifab.data.ingest import IngestOptions, IngestResult, ingest
+from aifab.data.label import (
+    LabelSpec,
+    import_labels,
+    label,
+    label_history,
+    label_queue_next,
+    submit_label,
+)
+from aifab.data.quarantine import count_quarantine, list_quarantine, quarantine
+from aifab.data.splits import SplitSpec, split
+from aifab.data.validate import ExpectationSuite, ValidationReport, validate
 
-_EXPORTS: dict[str, str] = {
-    # catalog and browsing
-    "VersionInfo": "catalog",
-    "CommitResult": "catalog",
-    "resolve": "catalog",
-    "list_datasets": "catalog",
-    "list_versions": "catalog",
-    "commit_query": "catalog",
-    "commit_staged": "catalog",
-    "head": "browse",
-    "query": "browse",
-    "diff": "browse",
-    "export": "browse",
-    "lineage": "browse",
-    "append_records": "append",
-    "flush_appends": "append",
-    "quarantine": "quarantine",
-    "list_quarantine": "quarantine",
-    "count_quarantine": "quarantine",
-    # ingest
-    "ingest": "ingest",
-    "IngestOptions": "ingest",
-    "IngestResult": "ingest",
-    # clean and validate
-    "clean": "clean",
-    "CleanSpec": "clean",
-    "validate": "validate",
-    "ExpectationSuite": "validate",
-    "ValidationReport": "validate",
-    # labels
-    "label": "label",
-    "LabelSpec": "label",
-    "import_labels": "label",
-    "label_queue_next": "label",
-    "submit_label": "label",
-    "label_history": "label",
-    # features and splits
-    "fit_features": "features",
-    "FeatureSpec": "features",
-    "FeatureTransform": "features",
-    "load_feature_transform": "features",
-    "split": "splits",
-    "SplitSpec": "splits",
-}
-
-__all__ = sorted(_EXPORTS)
-
-
-def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module 'aifab.data' has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"aifab.data.{module}"), name)
-    globals()[name] = value
-    return value
+__all__ = [
+    "CleanSpec",
+    "CommitResult",
+    "ExpectationSuite",
+    "FeatureSpec",
+    "FeatureTransform",
+    "IngestOptions",
+    "IngestResult",
+    "LabelSpec",
+    "SplitSpec",
+    "ValidationReport",
+    "VersionInfo",
+    "append_records",
+    "clean",
+    "commit_query",
+    "commit_staged",
+    "count_quarantine",
+    "diff",
+    "export",
+    "fit_features",
+    "flush_appends",
+    "head",
+    "import_labels",
+    "ingest",
+    "label",
+    "label_history",
+    "label_queue_next",
+    "lineage",
+    "list_datasets",
+    "list_quarantine",
+    "list_versions",
+    "load_feature_transform",
+    "quarantine",
+    "query",
+    "resolve",
+    "split",
+    "submit_label",
+    "validate",
+]

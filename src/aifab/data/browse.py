@@ -88,7 +88,7 @@ def diff(a: str, b: str) -> dict[str, Any]:
         only_b = f"SELECT {cols} FROM {sb} EXCEPT ALL SELECT {cols} FROM {sa}"
         row = con.execute(
             f"SELECT (SELECT count(*) FROM ({only_a})), (SELECT count(*) FROM ({only_b}))"
-        ).fetchone()
+        ).fetchall()[0]
         result["rows_only_in_a"], result["rows_only_in_b"] = row or (0, 0)
     result["profile_changes"] = _profile_changes(va, vb, shared)
     return result

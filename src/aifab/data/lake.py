@@ -27,6 +27,8 @@ def connect() -> duckdb.DuckDBPyConnection:
     settings = get_settings()
     ws = get_workspace(settings)
     con = duckdb.connect()
+    # DuckDB draws a progress bar on stdout for long queries; it would corrupt --json output.
+    con.execute("SET enable_progress_bar_print=false")
     con.execute(f"SET memory_limit='{settings.duckdb_memory_limit}'")
     con.execute(f"SET temp_directory='{ws.tmp / 'duckdb'}'")
     if settings.duckdb_threads:

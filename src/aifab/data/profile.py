@@ -63,43 +63,73 @@ def _clean(value: Any) -> Any:
     return str(value)
 
 
-def _numeric_stats(con: duckdb.DuckDBPyConnection, rel: str, col: str) -> dict[str, Any]:
-    c = sql_ident(col)
-    x = f"CAST({c} AS DOUBLE)"
-    qs = ", ".join(str(q) for q in QUANTILES)
-    row = con.execute(
-        f"SELECT min({x}), max({x}), avg({x}), stddev_samp({x}), "
-        f"approx_quantile({x}, [{qs}]) FROM {rel} WHERE isfinite({x})"
-    ).fetchone()
-    assert row is not None
-    lo, hi, mean, std, quants = row
-    stats: dict[str, Any] = {
-        "min": _clean(lo),
-        "max": _clean(hi),
-        "mean": _clean(mean),
-        "std": _clean(std),
-        "quantiles": {str(q): _clean(v) for q, v in zip(QUANTILES, quants or [], strict=False)},
-    }
-    if lo is not None and hi is not None:
-        width = (hi - lo) / HISTOGRAM_BINS or 1.0
-        counts = dict(
-            con.execute(
-                f"SELECT least(CAST(floor(({x} - {lo!r}) / {width!r}) AS INTEGER), "
-                f"{HISTOGRAM_BINS - 1}) AS b, count(*) FROM {rel} WHERE isfinite({x}) GROUP BY b"
-            ).fetchall()
-        )
-        stats["histogram"] = {
-            "edges": [lo + i * width for i in range(HISTOGRAM_BINS + 1)],
-            "counts": [int(counts.get(i, 0)) for i in range(HISTOGRAM_BINS)],
+def _column_exprs(name: str, kind: str, exact: bool) -> list[str]:
+    """Aggregates of one column for the single statistics pass."""
+    c = sql_ident(name)
+    distinct = f"count(DISTINCT {c})" if exact else f"approx_count_distinct({c})"
+    exprs = [f"count({c})", distinct if kind != "other" else "NULL"]
+    if kind == "numeric":
+        x = f"CAST({c} AS DOUBLE)"
+        fin = f"FILTER (WHERE isfinite({x}))"
+        qs = ", ".join(str(q) for q in QUANTILES)
+        exprs += [
+            f"min({x}) {fin}",
+            f"max({x}) {fin}",
+            f"avg({x}) {fin}",
+            f"stddev_samp({x}) {fin}",
+            f"approx_quantile({x}, [{qs}]) {fin}",
+        ]
+    elif kind == "string":
+        exprs += [f"avg(length({c}))", f"max(length({c}))"]
+    elif kind == "temporal":
+        exprs += [f"min({c})", f"max({c})"]
+    return exprs
+
+
+def _stats(kind: str, values: list[Any]) -> dict[str, Any]:
+    if kind == "numeric":
+        lo, hi, mean, std, quants = values
+        return {
+            "min": _clean(lo),
+            "max": _clean(hi),
+            "mean": _clean(mean),
+            "std": _clean(std),
+            "quantiles": {str(q): _clean(v) for q, v in zip(QUANTILES, quants or [], strict=False)},
         }
-    return stats
+    if kind == "string":
+        return {"mean_length": _clean(values[0]), "max_length": _clean(values[1])}
+    if kind == "temporal":
+        return {"min": _clean(values[0]), "max": _clean(values[1])}
+    return {}
+
+
+def _histograms(con: duckdb.DuckDBPyConnection, rel: str, cols: dict[str, Any]) -> None:
+    """Equal-width histograms of every numeric column in one more pass."""
+    numeric = [
+        (n, c) for n, c in cols.items() if c["kind"] == "numeric" and c.get("min") is not None
+    ]
+    if not numeric:
+        return
+    exprs = []
+    for name, col in numeric:
+        x = f"CAST({sql_ident(name)} AS DOUBLE)"
+        lo, width = col["min"], (col["max"] - col["min"]) / HISTOGRAM_BINS or 1.0
+        col["histogram"] = {"edges": [lo + i * width for i in range(HISTOGRAM_BINS + 1)]}
+        exprs.append(
+            f"histogram(least(CAST(floor(({x} - {lo!r}) / {width!r}) AS INTEGER), "
+            f"{HISTOGRAM_BINS - 1})) FILTER (WHERE isfinite({x}))"
+        )
+    row = con.execute(f"SELECT {', '.join(exprs)} FROM {rel}").fetchall()[0]
+    for (_, col), counts in zip(numeric, row, strict=True):
+        counts = counts or {}
+        col["histogram"]["counts"] = [int(counts.get(i, 0)) for i in range(HISTOGRAM_BINS)]
 
 
 def _top_values(con: duckdb.DuckDBPyConnection, rel: str, col: str) -> list[list[Any]]:
     c = sql_ident(col)
     rows = con.execute(
         f"SELECT {c}, count(*) AS n FROM {rel} WHERE {c} IS NOT NULL "
-        f"GROUP BY {c} ORDER BY n DESC, {c} LIMIT {TOP_K}"
+        f"GROUP BY ALL ORDER BY n DESC, {c} LIMIT {TOP_K}"
     ).fetchall()
     return [[_clean(v), int(n)] for v, n in rows]
 
@@ -107,50 +137,42 @@ def _top_values(con: duckdb.DuckDBPyConnection, rel: str, col: str) -> list[list
 def profile_relation(con: duckdb.DuckDBPyConnection, rel: str) -> dict[str, Any]:
     """Profile every column of the table expression ``rel``.
 
+    One pass computes counts, distinct counts and per-kind statistics for all columns, a second
+    the numeric histograms; top values are grouped per string, boolean or low-cardinality column.
+
     Returns:
         ``{"num_rows": N, "columns": {name: {"type", "kind", "null_share", "distinct", ...}}}``
         with min/max/mean/std/quantiles/histogram for numeric columns and top values for
         string, boolean and low-cardinality columns.
     """
-    schema = con.execute(f"DESCRIBE SELECT * FROM {rel}").fetchall()
-    count_row = con.execute(f"SELECT count(*) FROM {rel}").fetchone()
-    n = int(count_row[0]) if count_row else 0
+    schema = [
+        (n, t, kind_of(t)) for n, t, *_ in con.execute(f"DESCRIBE SELECT * FROM {rel}").fetchall()
+    ]
+    n = int(con.execute(f"SELECT count(*) FROM {rel}").fetchall()[0][0])
+    exact = n <= EXACT_DISTINCT_MAX_ROWS  # exact distinct counts while cheap, HLL beyond
+    plan = [(name, t, kind, _column_exprs(name, kind, exact)) for name, t, kind in schema]
     columns: dict[str, Any] = {}
-    if not schema:
+    if not plan:
         return {"num_rows": n, "columns": columns}
-    # Exact distinct counts while they are cheap; HyperLogLog beyond that.
-    distinct = "count(DISTINCT {})" if n <= EXACT_DISTINCT_MAX_ROWS else "approx_count_distinct({})"
-    aggs = ", ".join(
-        f"count({sql_ident(name)}), " + distinct.format(sql_ident(name))
-        if kind_of(t) != "other"
-        else f"count({sql_ident(name)}), NULL"
-        for name, t, *_ in schema
-    )
-    counts = con.execute(f"SELECT {aggs} FROM {rel}").fetchone() or ()
-    for i, (name, col_type, *_) in enumerate(schema):
-        non_null, distinct = counts[2 * i], counts[2 * i + 1]
-        kind = kind_of(col_type)
+    aggregates = ", ".join(e for *_, ex in plan for e in ex)
+    row = con.execute(f"SELECT {aggregates} FROM {rel}").fetchall()[0]
+    i = 0
+    for name, col_type, kind, exprs in plan:
+        values = list(row[i : i + len(exprs)])
+        i += len(exprs)
+        non_null, distinct = values[0], values[1]
         col: dict[str, Any] = {
             "type": col_type,
             "kind": kind,
             "null_share": (1 - non_null / n) if n else 0.0,
             "distinct": int(distinct) if distinct is not None else None,
         }
-        if n and non_null:
-            if kind == "numeric":
-                col.update(_numeric_stats(con, rel, name))
-            if kind in ("string", "boolean") or (kind == "numeric" and (distinct or 0) <= TOP_K):
-                col["top_values"] = _top_values(con, rel, name)
-            if kind == "string":
-                lens = con.execute(
-                    f"SELECT avg(length({sql_ident(name)})), max(length({sql_ident(name)})) "
-                    f"FROM {rel}"
-                ).fetchone()
-                col["mean_length"], col["max_length"] = (_clean(v) for v in (lens or (None, None)))
-            if kind == "temporal":
-                lo_hi = con.execute(
-                    f"SELECT min({sql_ident(name)}), max({sql_ident(name)}) FROM {rel}"
-                ).fetchone()
-                col["min"], col["max"] = (_clean(v) for v in (lo_hi or (None, None)))
+        if non_null:
+            col.update(_stats(kind, values[2:]))
         columns[name] = col
+    _histograms(con, rel, columns)
+    for name, col in columns.items():
+        low_card = col["kind"] == "numeric" and (col["distinct"] or 0) <= TOP_K
+        if (col["kind"] in ("string", "boolean") or low_card) and col["null_share"] < 1:
+            col["top_values"] = _top_values(con, rel, name)
     return {"num_rows": n, "columns": columns}

@@ -150,3 +150,19 @@ def test_content_hash_covers_every_column_whatever_its_name() -> None:
     lake.copy_to_parquet(con, "SELECT 1 AS t, 2 AS x", a)
     lake.copy_to_parquet(con, "SELECT 1 AS t, 3 AS x", b)
     assert lake.content_hash(con, [a]) != lake.content_hash(con, [b])
+
+
+def test_profile_handles_any_column_names_and_kinds() -> None:
+    v = commit_query(
+        "odd",
+        "SELECT * FROM (VALUES (1, 'x', DATE '2024-01-02', true, NULL::DOUBLE), "
+        "(2, 'y', DATE '2024-03-04', false, NULL::DOUBLE)) t(b, n, d, f, empty)",
+        source="test",
+        transform={"kind": "test"},
+    ).version
+    cols = v.profile["columns"]
+    assert cols["b"]["histogram"]["counts"][0] == 1 and sum(cols["b"]["histogram"]["counts"]) == 2
+    assert cols["n"]["top_values"] == [["x", 1], ["y", 1]]
+    assert cols["d"]["min"] == "2024-01-02" and cols["d"]["max"] == "2024-03-04"
+    assert cols["f"]["kind"] == "boolean"
+    assert cols["empty"]["null_share"] == 1.0 and "min" not in cols["empty"]

@@ -1,0 +1,240 @@
+"""Expectations: their typed options (one YAML key each) and the SQL of their row rules.
+
+Each row-level expectation compiles to :class:`RowRule` s whose ``fails`` predicate is true for
+the rows breaking it; ``row_count`` and ``sql: {assert: ...}`` are checked on the whole dataset.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Annotated, Literal
+
+from pydantic import BeforeValidator, ConfigDict, Field, model_validator
+
+from aifab.core.config import StrictConfig
+from aifab.data.clean_steps import RN, Scalar, one_key_form, sql_literal
+from aifab.data.lake import sql_ident, sql_string
+
+
+@dataclass(frozen=True)
+class RowRule:
+    """A row rule compiled to SQL: ``fails`` is true for the rows that break it."""
+
+    name: str
+    kind: str
+    fails: str
+    reason: str
+    column: str | None = None
+
+
+class NotNull(StrictConfig):
+    """Each listed column has no nulls (one rule per column)."""
+
+    op: Literal["not_null"] = "not_null"
+    columns: list[str] = Field(min_length=1)
+    name: str | None = None
+
+    def row_rules(self, index: int) -> list[RowRule]:
+        """One ``not_null:<column>`` rule per column (``<name>:<column>`` when named)."""
+        many = len(self.columns) > 1
+        return [
+            RowRule(
+                (f"{self.name}:{c}" if many else self.name) if self.name else f"not_null:{c}",
+                "not_null",
+                f"{sql_ident(c)} IS NULL",
+                "is null",
+                c,
+            )
+            for c in self.columns
+        ]
+
+
+class Unique(StrictConfig):
+    """The combination of ``columns`` is unique; every repeat after the first fails.
+
+    Rows with a null in any of the columns are not checked (as SQL ``UNIQUE``).
+    """
+
+    op: Literal["unique"] = "unique"
+    columns: list[str] = Field(min_length=1)
+    name: str | None = None
+
+    def row_rules(self, index: int) -> list[RowRule]:
+        """The rule flagging repeats, in row order."""
+        keys = ", ".join(sql_ident(c) for c in self.columns)
+        nulls = " OR ".join(f"{sql_ident(c)} IS NULL" for c in self.columns)
+        fails = (
+            f"CASE WHEN {nulls} THEN FALSE ELSE row_number() OVER "
+            f"(PARTITION BY {keys} ORDER BY {sql_ident(RN)}) > 1 END"
+        )
+        cols = ",".join(self.columns)
+        reason = f"repeats an earlier row's ({cols})"
+        return [RowRule(self.name or f"unique:{cols}", "unique", fails, reason)]
+
+
+class Between(StrictConfig):
+    """``min <= column <= max`` (either bound optional); nulls pass."""
+
+    op: Literal["between"] = "between"
+    column: str
+    min: Scalar | None = None
+    max: Scalar | None = None
+    name: str | None = None
+
+    @model_validator(mode="after")
+    def _check(self) -> Between:
+        if self.min is None and self.max is None:
+            raise ValueError("give 'min', 'max' or both")
+        return self
+
+    def row_rules(self, index: int) -> list[RowRule]:
+        """The rule flagging values out of range."""
+        c = sql_ident(self.column)
+        tests = [
+            f"{c} {op} {sql_literal(v)}"
+            for op, v in (("<", self.min), (">", self.max))
+            if v is not None
+        ]
+        fails = f"coalesce({' OR '.join(tests)}, FALSE)"
+        reason = f"not between {self.min} and {self.max}"
+        return [
+            RowRule(self.name or f"between:{self.column}", "between", fails, reason, self.column)
+        ]
+
+
+class InSet(StrictConfig):
+    """The column's value is one of ``values``; nulls pass."""
+
+    op: Literal["in_set"] = "in_set"
+    column: str
+    values: list[Scalar] = Field(min_length=1)
+    name: str | None = None
+
+    def row_rules(self, index: int) -> list[RowRule]:
+        """The rule flagging values outside the set."""
+        values = ", ".join(sql_literal(v) for v in self.values)
+        fails = f"coalesce({sql_ident(self.column)} NOT IN ({values}), FALSE)"
+        return [
+            RowRule(
+                self.name or f"in_set:{self.column}",
+                "in_set",
+                fails,
+                "not in the allowed set",
+                self.column,
+            )
+        ]
+
+
+class Regex(StrictConfig):
+    """The whole value matches the RE2 ``pattern`` (``regexp_full_match``); nulls pass."""
+
+    op: Literal["regex"] = "regex"
+    column: str
+    pattern: str = Field(min_length=1)
+    name: str | None = None
+
+    def row_rules(self, index: int) -> list[RowRule]:
+        """The rule flagging values that do not match."""
+        value = f"CAST({sql_ident(self.column)} AS VARCHAR)"
+        fails = f"coalesce(NOT regexp_full_match({value}, {sql_string(self.pattern)}), FALSE)"
+        return [
+            RowRule(
+                self.name or f"regex:{self.column}",
+                "regex",
+                fails,
+                f"does not match {self.pattern}",
+                self.column,
+            )
+        ]
+
+
+class RowCount(StrictConfig):
+    """Dataset level: the number of rows is within ``[min, max]``."""
+
+    op: Literal["row_count"] = "row_count"
+    min: int | None = Field(None, ge=0)
+    max: int | None = Field(None, ge=0)
+    name: str | None = None
+
+    def row_rules(self, index: int) -> list[RowRule]:
+        """None: this is a dataset-level rule."""
+        return []
+
+    def holds(self, rows: int) -> bool:
+        """Whether ``rows`` is within the bounds."""
+        return (self.min is None or rows >= self.min) and (self.max is None or rows <= self.max)
+
+
+class Sql(StrictConfig):
+    """Custom SQL: a row predicate or a dataset-level query.
+
+    ``where`` is a predicate every row must satisfy (null counts as failing); ``assert`` is a
+    query over the table ``data`` that must return one true value.
+    """
+
+    model_config = ConfigDict(populate_by_name=True)
+
+    op: Literal["sql"] = "sql"
+    where: str | None = Field(None, min_length=1)
+    assert_: str | None = Field(None, alias="assert", min_length=1)
+    name: str | None = None
+
+    @model_validator(mode="after")
+    def _check(self) -> Sql:
+        if (self.where is None) == (self.assert_ is None):
+            raise ValueError("give exactly one of 'where' (row level) or 'assert' (dataset level)")
+        return self
+
+    def row_rules(self, index: int) -> list[RowRule]:
+        """The predicate's rule (none for ``assert``); newlines guard against comments."""
+        if self.where is None:
+            return []
+        fails = f"NOT coalesce((\n{self.where}\n), FALSE)"
+        return [
+            RowRule(self.name or f"sql:{index}", "sql", fails, f"does not satisfy {self.where}")
+        ]
+
+
+_TYPES = (NotNull, Unique, Between, InSet, Regex, RowCount, Sql)
+
+Expectation = Annotated[
+    Annotated[
+        NotNull | Unique | Between | InSet | Regex | RowCount | Sql, Field(discriminator="op")
+    ],
+    BeforeValidator(one_key_form([t.model_fields["op"].default for t in _TYPES], "expectation")),
+]
+
+
+class ExpectationSuite(StrictConfig):
+    """Expectations checked against one dataset version.
+
+    ``on_failure: quarantine`` (default) stores each failing row in the quarantine (stage
+    ``validate``, once per rule it broke) and commits the passing rows as a new version; when
+    nothing fails no version is made. ``report`` only reports. A run *fails* (``passed`` is
+    False) when a dataset-level rule fails or when the share of failing rows exceeds
+    ``max_failure_share`` (default 1.0: failing rows alone never fail the run); a failed run
+    commits and quarantines nothing.
+    """
+
+    expectations: list[Expectation] = Field(min_length=1)
+    on_failure: Literal["quarantine", "report"] = "quarantine"
+    max_failure_share: float = Field(1.0, ge=0.0, le=1.0)
+    examples: int = Field(5, ge=0, le=100, description="Failing rows shown per rule.")
+
+    def to_yaml_dict(self) -> dict[str, object]:
+        """The suite in its YAML shape (one key per expectation), JSON-ready."""
+        expectations = [
+            {e.op: e.model_dump(mode="json", by_alias=True, exclude={"op"})}
+            for e in self.expectations
+        ]
+        return {
+            **self.model_dump(mode="json", exclude={"expectations"}),
+            "expectations": expectations,
+        }
+
+
+def columns_of(e: Expectation) -> list[str]:
+    """The columns an expectation names (checked against the data before it runs)."""
+    if isinstance(e, NotNull | Unique):
+        return list(e.columns)
+    return [e.column] if isinstance(e, Between | InSet | Regex) else []

@@ -1,0 +1,166 @@
+"""Folders: documents (text, markdown, html: one row each) and images (labelled by sub-folder).
+
+Files are visited in sorted order (hidden ones skipped), so the same folder always gives the
+same rows and re-ingesting it unchanged returns the existing version.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, Literal
+
+from aifab.core.errors import InvalidInputError, NotFoundError
+from aifab.data.quarantine import QuarantineItem
+from aifab.data.sources.html_text import extract
+from aifab.data.sources.staged import Staged, write_rows
+
+DOC_EXTENSIONS = frozenset({".txt", ".text", ".md", ".markdown", ".rst", ".html", ".htm"})
+IMAGE_EXTENSIONS = frozenset(
+    {
+        ".png",
+        ".jpg",
+        ".jpeg",
+        ".gif",
+        ".bmp",
+        ".webp",
+        ".tif",
+        ".tiff",
+    }
+)
+FolderKind = Literal["docs", "images"]
+
+
+def files_under(root: Path) -> Iterator[Path]:
+    """Every non-hidden file below ``root``, in a stable sorted order."""
+    for folder, dirs, names in os.walk(root):
+        dirs[:] = sorted(d for d in dirs if not d.startswith("."))
+        for name in sorted(names):
+            if not name.startswith("."):
+                yield Path(folder) / name
+
+
+def _check_folder(root: Path) -> None:
+    if not root.is_dir():
+        raise NotFoundError(f"{root}: no such folder")
+
+
+def folder_kind(root: Path) -> FolderKind:
+    """Whether ``root`` holds documents or images (whichever is more numerous)."""
+    _check_folder(root)
+    docs = images = 0
+    for path in files_under(root):
+        suffix = path.suffix.lower()
+        docs += suffix in DOC_EXTENSIONS
+        images += suffix in IMAGE_EXTENSIONS
+    if docs == images == 0:
+        raise InvalidInputError(
+            f"{root}: no text, markdown, html or image files in the folder "
+            f"(looked for {', '.join(sorted(DOC_EXTENSIONS | IMAGE_EXTENSIONS))})"
+        )
+    return "images" if images > docs else "docs"
+
+
+def _mtime(path: Path) -> datetime:
+    return datetime.fromtimestamp(path.stat().st_mtime, UTC)
+
+
+def _doc_row(path: Path) -> dict[str, Any]:
+    raw = path.read_bytes()
+    text = raw.decode("utf-8", errors="replace")
+    title = None
+    if path.suffix.lower() in (".html", ".htm"):
+        page = extract(text)
+        title, text = page.title, page.text
+    return {
+        "path": str(path),
+        "title": title,
+        "text": text,
+        "bytes": len(raw),
+        "modified": _mtime(path),
+    }
+
+
+def _doc_schema() -> Any:
+    import pyarrow as pa
+
+    return pa.schema(
+        [
+            ("path", pa.string()),
+            ("title", pa.string()),
+            ("text", pa.string()),
+            ("bytes", pa.int64()),
+            ("modified", pa.timestamp("us", tz="UTC")),
+        ]
+    )
+
+
+def stage_documents(root: Path, dest: Path) -> Staged:
+    """One row per text/markdown/html file: path, title (html), text, bytes, modified."""
+    _check_folder(root)
+    root = root.resolve()
+    paths = [p for p in files_under(root) if p.suffix.lower() in DOC_EXTENSIONS]
+    if not paths:
+        raise InvalidInputError(f"{root}: no text, markdown or html files in the folder")
+    rows = write_rows((_doc_row(p) for p in paths), _doc_schema(), dest)
+    return Staged(dest, str(root), "docs", {"files": rows})
+
+
+def _image_schema() -> Any:
+    import pyarrow as pa
+
+    return pa.schema(
+        [
+            ("path", pa.string()),
+            ("label", pa.string()),
+            ("width", pa.int32()),
+            ("height", pa.int32()),
+            ("format", pa.string()),
+            ("mode", pa.string()),
+            ("bytes", pa.int64()),
+        ]
+    )
+
+
+def _image_rows(root: Path, paths: list[Path], bad: list[QuarantineItem]) -> Iterator[dict]:
+    from PIL import Image
+
+    for path in paths:
+        rel = path.relative_to(root)
+        try:
+            # Image.open reads only the header: size and format without decoding pixels.
+            with Image.open(path) as im:
+                width, height, fmt, mode = im.width, im.height, im.format, im.mode
+        except (OSError, ValueError, Image.DecompressionBombError) as exc:
+            bad.append(
+                QuarantineItem("image.unreadable", f"{rel}: {exc}", record={"path": str(path)})
+            )
+            continue
+        yield {
+            "path": str(path),
+            "label": rel.parts[0] if len(rel.parts) > 1 else None,
+            "width": width,
+            "height": height,
+            "format": fmt,
+            "mode": mode,
+            "bytes": path.stat().st_size,
+        }
+
+
+def stage_images(root: Path, dest: Path) -> Staged:
+    """One row per image: path, label (first sub-folder under ``root``), size, format, mode.
+
+    Files that Pillow cannot identify go to the quarantine instead of failing the ingest.
+    """
+    _check_folder(root)
+    root = root.resolve()
+    paths = [p for p in files_under(root) if p.suffix.lower() in IMAGE_EXTENSIONS]
+    if not paths:
+        raise InvalidInputError(f"{root}: no image files in the folder")
+    bad: list[QuarantineItem] = []
+    rows = write_rows(_image_rows(root, paths, bad), _image_schema(), dest)
+    if rows == 0:
+        raise InvalidInputError(f"{root}: none of the {len(paths)} image files could be read")
+    return Staged(dest, str(root), "images", {"files": rows}, rejected=len(bad), rejects=bad)

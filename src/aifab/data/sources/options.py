@@ -1,0 +1,68 @@
+"""Options of ``aifab data ingest``: how to read files, page through APIs and crawl sites."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import Field
+
+from aifab.core.config import StrictConfig
+
+FileFormat = Literal["csv", "tsv", "jsonl", "json", "parquet"]
+
+
+class IngestOptions(StrictConfig):
+    """Every knob of an ingest; each source kind reads the fields that concern it."""
+
+    # files (local or downloaded)
+    format: FileFormat | None = Field(
+        None, description="File format; default from the extension or the content-type."
+    )
+    delimiter: str | None = Field(
+        None, min_length=1, max_length=4, description="CSV field delimiter; default sniffed."
+    )
+    header: bool = Field(True, description="The first CSV line holds the column names.")
+    sample_size: int = Field(
+        20480, ge=-1, description="Rows sampled to infer CSV/JSON types (-1: the whole file)."
+    )
+    # HTTP (downloads, APIs, crawls)
+    headers: dict[str, str] = Field(
+        default_factory=dict, description="Extra request headers (e.g. Authorization)."
+    )
+    params: dict[str, str] = Field(
+        default_factory=dict, description="Query parameters added to the first API request."
+    )
+    timeout: float = Field(30.0, gt=0, description="Seconds to wait for a server to answer.")
+    retries: int = Field(3, ge=0, le=20, description="Retries on 5xx, 429 and connection errors.")
+    backoff: float = Field(
+        0.5, ge=0, description="First retry wait in seconds; doubles on each retry."
+    )
+    user_agent: str = Field("aifab-ingest/0.1", min_length=1, description="User-Agent header.")
+    # REST APIs
+    records_field: str | None = Field(
+        None, description="Dotted path of the records list in each page (default: the body)."
+    )
+    next_field: str | None = Field(
+        None, description="Dotted path of the next-page URL in the body (default: Link header)."
+    )
+    page_param: str | None = Field(
+        None, description="Query parameter to increment per page instead of following links."
+    )
+    start_page: int = Field(1, ge=0, description="First value of page_param.")
+    max_pages: int | None = Field(
+        None, ge=1, description="Stop after this many API pages or crawled pages."
+    )
+    # crawling
+    delay: float = Field(1.0, ge=0, description="Seconds between requests to the same host.")
+    max_bytes: int = Field(
+        5_000_000, ge=1, description="Pages larger than this are not read (recorded as skipped)."
+    )
+    depth: int = Field(0, ge=0, description="Follow same-host links this many hops from a seed.")
+    robots: bool = Field(True, description="Obey robots.txt.")
+
+    def recorded(self) -> dict[str, Any]:
+        """The non-default options, safe to store in lineage (header values are secrets)."""
+        data = self.model_dump(exclude_defaults=True)
+        if "headers" in data:
+            data["headers"] = sorted(data["headers"])
+        return data

@@ -1,0 +1,274 @@
+"""Validation: run an expectation suite, quarantine failing rows, commit the passing ones.
+
+Row rules run in one DuckDB pass that keeps only the failing rows (row number, which rules
+failed, the row as JSON); the passing rows are then committed as a new version.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator, Mapping
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import duckdb
+
+from aifab.core.config import as_config
+from aifab.core.errors import InvalidInputError
+from aifab.data.catalog import VersionInfo, commit_query, resolve
+from aifab.data.clean import check_columns, connect_sandboxed, describe, fetch, sql_error
+from aifab.data.clean_steps import RN
+from aifab.data.expectations import (
+    ExpectationSuite,
+    Regex,
+    RowCount,
+    RowRule,
+    Sql,
+    columns_of,
+)
+from aifab.data.lake import sql_ident, sql_string
+from aifab.data.quarantine import QuarantineItem, quarantine
+
+__all__ = ["ExpectationSuite", "RuleResult", "ValidationReport", "validate"]
+
+_BASE = "__aifab_base"
+_FAILED = "__aifab_failed"
+
+
+@dataclass
+class RuleResult:
+    """How one rule fared."""
+
+    name: str
+    kind: str
+    level: Literal["row", "dataset"]
+    failed: int
+    passed: bool
+    detail: str = ""
+    examples: list[dict[str, Any]] = field(default_factory=list)
+
+
+@dataclass
+class ValidationReport:
+    """The outcome of :func:`validate`."""
+
+    dataset: str
+    passed: bool
+    rows: int
+    failed_rows: int
+    quarantined: int
+    rules: list[RuleResult]
+    version: VersionInfo | None = None
+    created: bool = False
+
+    @property
+    def failure_share(self) -> float:
+        """Share of rows that failed at least one row rule."""
+        return self.failed_rows / self.rows if self.rows else 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready dict."""
+        return {
+            "dataset": self.dataset,
+            "passed": self.passed,
+            "rows": self.rows,
+            "failed_rows": self.failed_rows,
+            "failure_share": self.failure_share,
+            "quarantined": self.quarantined,
+            "version": self.version.to_dict() if self.version else None,
+            "created": self.created,
+            "rules": [asdict(r) for r in self.rules],
+        }
+
+
+def _row_rules(
+    con: duckdb.DuckDBPyConnection, suite: ExpectationSuite, types: Mapping[str, str]
+) -> list[RowRule]:
+    """Every row rule, checked to bind against the data (errors name the expectation)."""
+    rules: list[RowRule] = []
+    for i, e in enumerate(suite.expectations, start=1):
+        where = f"expectation {i} ({e.op})"
+        check_columns(where, types, columns_of(e))
+        if isinstance(e, Regex):
+            fetch(con, f"SELECT regexp_full_match('', {sql_string(e.pattern)})", where)
+        for rule in e.row_rules(i):
+            describe(con, f"SELECT {rule.fails} FROM {_BASE}", where)
+            if any(r.name == rule.name for r in rules):
+                raise InvalidInputError(f"{where}: rule name {rule.name!r} is used twice")
+            rules.append(rule)
+    return rules
+
+
+def _dataset_results(source: VersionInfo, suite: ExpectationSuite) -> list[RuleResult]:
+    """Check row counts and ``assert`` queries (on their own connection: they see only data)."""
+    results = []
+    con = connect_sandboxed()
+    try:
+        fetch(con, f"CREATE TEMP VIEW data AS SELECT * FROM {source.scan_sql()}", source.ref)
+        for i, e in enumerate(suite.expectations, start=1):
+            if isinstance(e, RowCount):
+                ok = e.holds(source.num_rows)
+                results.append(
+                    RuleResult(
+                        e.name or "row_count",
+                        "row_count",
+                        "dataset",
+                        int(not ok),
+                        ok,
+                        f"{source.num_rows} rows",
+                    )
+                )
+            elif isinstance(e, Sql) and e.assert_ is not None:
+                got = fetch(con, e.assert_, f"expectation {i} (sql)")
+                ok = len(got) == 1 and len(got[0]) == 1 and got[0][0] is True
+                shown = (
+                    repr(got[0][0]) if len(got) == 1 and len(got[0]) == 1 else f"{len(got)} rows"
+                )
+                results.append(
+                    RuleResult(
+                        e.name or f"sql:{i}", "sql", "dataset", int(not ok), ok, f"returned {shown}"
+                    )
+                )
+    finally:
+        con.close()
+    return results
+
+
+def _find_failures(
+    con: duckdb.DuckDBPyConnection,
+    rules: list[RowRule],
+    columns: list[str],
+    examples: int,
+    where: str,
+) -> tuple[int, list[RuleResult]]:
+    """One pass keeping the failing rows in a temp table; return their count and rule results."""
+    flags = [f"__aifab_f{i}" for i in range(len(rules))]
+    record = "{" + ", ".join(f"{sql_string(c)}: {sql_ident(c)}" for c in columns) + "}"
+    inner = ", ".join(f"{r.fails} AS {f}" for r, f in zip(rules, flags, strict=True))
+    fetch(
+        con,
+        f"CREATE TEMP TABLE {_FAILED} AS SELECT {sql_ident(RN)} AS rn, "
+        f"{', '.join(flags)}, to_json({record}) AS rec "
+        f"FROM (SELECT *, {inner} FROM {_BASE}) AS t WHERE {' OR '.join(flags)}",
+        where,
+    )
+    counts = con.execute(
+        f"SELECT count(*), {', '.join(f'count(*) FILTER ({f})' for f in flags)} FROM {_FAILED}"
+    ).fetchall()[0]
+    results = []
+    for rule, flag, n in zip(rules, flags, counts[1:], strict=True):
+        shown = (
+            con.execute(
+                f"SELECT rn, rec FROM {_FAILED} WHERE {flag} ORDER BY rn LIMIT {examples}"
+            ).fetchall()
+            if n
+            else []
+        )
+        results.append(
+            RuleResult(
+                rule.name,
+                rule.kind,
+                "row",
+                int(n),
+                n == 0,
+                rule.reason,
+                [{"line": rn, "record": json.loads(rec)} for rn, rec in shown],
+            )
+        )
+    return int(counts[0]), results
+
+
+def _items(con: duckdb.DuckDBPyConnection, rules: list[RowRule]) -> Iterator[QuarantineItem]:
+    flags = ", ".join(f"__aifab_f{i}" for i in range(len(rules)))
+    cursor = con.execute(f"SELECT rn, rec, {flags} FROM {_FAILED} ORDER BY rn")
+    while chunk := cursor.fetchmany(10_000):
+        for rn, rec, *failed in chunk:
+            row = json.loads(rec)
+            for rule, bad in zip(rules, failed, strict=True):
+                if bad:
+                    reason = (
+                        f"{rule.column}={row.get(rule.column)!r} {rule.reason}"
+                        if rule.column
+                        else rule.reason
+                    )
+                    yield QuarantineItem(rule.name, reason, row, rn)
+
+
+def validate(
+    ref: str,
+    spec: ExpectationSuite | Path | str | Mapping[str, Any],
+    *,
+    output: str | None = None,
+) -> ValidationReport:
+    """Check a dataset version against an expectation suite (semantics: :class:`ExpectationSuite`).
+
+    Args:
+        ref: the input, ``NAME`` or ``NAME@VERSION``.
+        spec: an :class:`ExpectationSuite`, a path to its YAML, or a mapping.
+        output: dataset for the passing rows (default: a new version of the input dataset).
+            When given, the passing rows are committed there even if no row failed.
+
+    Returns:
+        The report; ``version`` is the version holding the passing rows (the input itself when
+        nothing failed), or None when the run failed or ``on_failure`` is ``report``.
+    """
+    suite = as_config(ExpectationSuite, spec, source="expectation suite")
+    source = resolve(ref)
+    con = connect_sandboxed()
+    try:
+        fetch(con, f"CREATE TEMP VIEW data AS SELECT * FROM {source.scan_sql()}", source.ref)
+        fetch(
+            con,
+            f"CREATE TEMP VIEW {_BASE} AS "
+            f"SELECT *, row_number() OVER () AS {sql_ident(RN)} FROM data",
+            source.ref,
+        )
+        types = describe(con, "SELECT * FROM data", source.ref)
+        columns = list(types)
+        rules = _row_rules(con, suite, types)
+        failed, results = (
+            _find_failures(con, rules, columns, suite.examples, f"validate {source.ref}")
+            if rules
+            else (0, [])
+        )
+        results += _dataset_results(source, suite)
+        report = ValidationReport(source.ref, True, source.num_rows, failed, 0, results)
+        report.passed = all(r.passed for r in results if r.level == "dataset") and (
+            report.failure_share <= suite.max_failure_share
+        )
+        renamed = output is not None and output != source.dataset
+        if not report.passed or (failed and suite.on_failure == "report"):
+            return report
+        if not failed and not renamed:
+            report.version = source
+            return report
+        keep = (
+            f"SELECT {', '.join(sql_ident(c) for c in columns)} FROM {_BASE} AS b "
+            + (f"ANTI JOIN {_FAILED} AS f ON b.{sql_ident(RN)} = f.rn " if rules else "")
+            + f"ORDER BY b.{sql_ident(RN)}"
+        )
+        transform = {
+            "kind": "validate",
+            "suite": suite.to_yaml_dict(),
+            "failed_rows": failed,
+            "rules": {r.name: r.failed for r in results},
+        }
+        result = commit_query(
+            output or source.dataset,
+            keep,
+            source=f"validate({source.ref})",
+            transform=transform,
+            parents=[source],
+            con=con,
+        )
+        report.version, report.created = result.version, result.created
+        if result.created and failed:
+            report.quarantined = quarantine(
+                source.dataset, "validate", _items(con, rules), version_id=source.id
+            )
+        return report
+    except duckdb.Error as exc:
+        raise sql_error(f"validate {source.ref}", exc) from None
+    finally:
+        con.close()
