@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from pydantic import Field
@@ -35,6 +36,14 @@ class Settings(BaseSettings):
         return self.db_url or f"sqlite:///{self.resolved_home / 'aifab.db'}"
 
 
+_cache: dict[tuple[tuple[str, str], ...], Settings] = {}
+
+
 def get_settings() -> Settings:
-    """Read settings from the environment now (cheap; not cached so tests can change env)."""
-    return Settings()
+    """Settings for the current ``AIFAB_*`` environment (re-read whenever it changes)."""
+    key = tuple(sorted((k, v) for k, v in os.environ.items() if k.startswith("AIFAB_")))
+    settings = _cache.get(key)
+    if settings is None:
+        # Building the pydantic object costs milliseconds; every DB session asks for it.
+        settings = _cache[key] = Settings()
+    return settings

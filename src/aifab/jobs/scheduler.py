@@ -226,17 +226,28 @@ def record_handle(job_id: str, attempt: int, handle: dict[str, Any]) -> None:
             att.handle = handle
 
 
-def is_current(job_id: str, attempt: int, worker_id: str) -> tuple[bool, str | None]:
-    """Whether this attempt still owns the job, and any stop request for it."""
+def ownership(
+    worker_id: str, attempts: Sequence[tuple[str, int]]
+) -> dict[tuple[str, int], tuple[bool, str | None]]:
+    """For each (job, attempt): whether it still owns its job, and any stop request for it."""
+    if not attempts:
+        return {}
     with session_scope() as s:
-        job = s.get(JobRow, job_id)
-        ok = (
-            job is not None
-            and job.state == "running"
-            and job.attempt == attempt
-            and job.worker_id == worker_id
-        )
-        return ok, (job.stop_request if ok and job is not None else None)
+        rows = {
+            r.id: r
+            for r in s.scalars(select(JobRow).where(JobRow.id.in_([j for j, _ in attempts])))
+        }
+        out = {}
+        for job_id, attempt in attempts:
+            job = rows.get(job_id)
+            ok = (
+                job is not None
+                and job.state == "running"
+                and job.attempt == attempt
+                and job.worker_id == worker_id
+            )
+            out[(job_id, attempt)] = (ok, job.stop_request if ok and job is not None else None)
+        return out
 
 
 def _add_usage(total: dict[str, Any], part: dict[str, Any]) -> dict[str, Any]:
@@ -278,6 +289,8 @@ def finish(
         )
         if job is None or att is None or att.state != "running":
             return None
+        if reason is None and outcome == "preempted":
+            reason = job.reason  # plan() wrote "preempted by job ..." with the stop request
         att.state, att.finished_at, att.reason = outcome, now, reason
         att.exit_codes, att.usage = list(status.exit_codes), dict(status.usage)
         if job.state != "running" or job.attempt != attempt or job.worker_id != worker_id:

@@ -38,7 +38,8 @@ class WorkerOptions:
     lease_s: float = 15.0
     poll_s: float = 0.2
     policy: Policy = "aifab"
-    #: Exit once nothing is running and nothing is pending for this long (None: run forever).
+    #: Exit once this worker has had nothing to run for this long (None: run forever); jobs
+    #: it cannot place (too big for it, or for another executor) do not keep it alive.
     exit_when_idle_s: float | None = None
     executor_options: dict[str, Any] = field(default_factory=dict)
 
@@ -65,6 +66,13 @@ class Worker:
         """Loop until ``stop`` is set (or idle long enough); stop running attempts on exit."""
         stop = stop or threading.Event()
         idle_since = time.time()
+        # Heartbeats run on their own thread: a slow stop (grace period) or launch must not
+        # let this worker's leases expire and its healthy jobs be declared lost.
+        beat_stop = threading.Event()
+        beat = threading.Thread(
+            target=self._beat, args=(beat_stop,), daemon=True, name=f"aifab-heartbeat-{self.id}"
+        )
+        beat.start()
         try:
             while not stop.is_set():
                 busy = self.step()
@@ -83,7 +91,16 @@ class Worker:
                 scheduler.finish(
                     att.job_id, att.attempt, self.id, status, "preempted", "worker shut down"
                 )
+            beat_stop.set()
+            beat.join()
             scheduler.retire_worker(self.id)
+
+    def _beat(self, stop: threading.Event) -> None:
+        while not stop.wait(self.options.lease_s / 3):
+            try:
+                scheduler.heartbeat(self.id, self.options.lease_s)
+            except Exception:  # noqa: BLE001 - a DB hiccup must not kill the heartbeat
+                log.exception("heartbeat failed")
 
     def step(self) -> bool:
         """One iteration; True if anything started or finished."""
@@ -127,8 +144,9 @@ class Worker:
 
     def _watch(self) -> bool:
         changed = False
+        ownership = scheduler.ownership(self.id, list(self.running))
         for key, att in list(self.running.items()):
-            owned, stop_request = scheduler.is_current(att.job_id, att.attempt, self.id)
+            owned, stop_request = ownership[key]
             outcome, reason = None, None
             if not owned:
                 status, outcome, reason = self.executor.stop(att.handle), "lost", "superseded"

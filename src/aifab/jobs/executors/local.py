@@ -1,0 +1,365 @@
+"""The local executor: every replica is a process group on this machine, with its own log and GPUs.
+
+A replica starts in a new session (so a stop reaches its children too) and, on Linux, dies with
+the thread that started it (``PR_SET_PDEATHSIG``): run the worker loop in a thread that lives as
+long as its attempts. A worker that finds a dead worker's attempt on this host kills what is left
+of it by process group (:meth:`LocalExecutor.reap`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from aifab.jobs.detect import machine_resources
+from aifab.jobs.executors.base import AttemptStatus, Launch, ReplicaLaunch
+from aifab.jobs.policy import Node
+
+_PR_SET_PDEATHSIG = 1
+#: Seconds the other replicas of a failed gang get after SIGTERM before SIGKILL.
+GANG_GRACE_S = 5.0
+_TICK_S = 0.02
+#: Seconds to wait for killed process groups to vanish before giving up on them.
+_KILL_WAIT_S = 10.0
+#: Final statuses kept so a repeated poll/stop of a finished attempt answers the same.
+_KEEP_DONE = 256
+
+
+def _load_prctl() -> Callable[..., int] | None:
+    # Resolved in the parent: the child must not load libraries between fork and exec.
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        prctl: Callable[..., int] = ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None
+    return prctl
+
+
+_PRCTL = _load_prctl()
+
+
+def _child_setup(parent_pid: int) -> Callable[[], None]:
+    """What a replica runs between fork and exec: a new session, and death with the worker."""
+
+    def setup() -> None:
+        os.setsid()
+        if _PRCTL is not None:
+            _PRCTL(_PR_SET_PDEATHSIG, int(signal.SIGKILL))
+            if os.getppid() != parent_pid:  # the worker died before prctl took effect
+                os.kill(os.getpid(), signal.SIGKILL)
+
+    return setup
+
+
+def _proc_stat(pid: int) -> list[str] | None:
+    """Fields of ``/proc/<pid>/stat`` from the state on (field n is at index n - 3), or None."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            raw = fh.read().decode(errors="replace")
+    except OSError:
+        return None
+    return raw.rsplit(")", 1)[1].split()
+
+
+def group_alive(pgid: int) -> bool:
+    """Whether any process of group ``pgid`` still runs (zombies waiting to be reaped do not)."""
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    if not os.path.isdir("/proc"):
+        return True
+    for name in os.listdir("/proc"):
+        fields = _proc_stat(int(name)) if name.isdigit() else None
+        if fields and int(fields[2]) == pgid and fields[0] not in ("Z", "X"):
+            return True
+    return False
+
+
+def _signal_group(pgid: int, sig: int) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, sig)
+
+
+@dataclass
+class _Replica:
+    rank: int
+    proc: subprocess.Popen[bytes]
+    started: float
+    gpus: int
+    code: int | None = None
+    ended: float | None = None
+    rusage: Any = None
+    reaped: bool = False
+    #: Stopped because another replica of its gang failed (its exit code is reported as None).
+    peer_stopped: bool = False
+
+
+@dataclass
+class _Run:
+    replicas: list[_Replica]
+    gpus: list[str]
+    kill_at: float | None = None
+
+
+def _key(handle: dict[str, Any]) -> str:
+    return str(handle.get("key", ""))
+
+
+def _unknown(handle: dict[str, Any]) -> AttemptStatus:
+    """The status of an attempt this process did not start (nothing can be measured)."""
+    return AttemptStatus(True, [None] * len(handle.get("replicas", [])), {})
+
+
+def _replica_usage(rep: _Replica) -> dict[str, Any]:
+    wall = (rep.ended if rep.ended is not None else time.monotonic()) - rep.started
+    ru = rep.rusage
+    # ru_maxrss is KiB on Linux, bytes on macOS.
+    rss_div = (1 << 20) if sys.platform == "darwin" else 1024
+    return {
+        "rank": rep.rank,
+        "pid": rep.proc.pid,
+        "exit_code": rep.code,
+        "wall_s": wall,
+        "cpu_s": float(ru.ru_utime + ru.ru_stime) if ru is not None else 0.0,
+        "peak_rss_mb": float(ru.ru_maxrss) / rss_div if ru is not None else 0.0,
+        "gpu_s": rep.gpus * wall,
+    }
+
+
+def _status(run: _Run, done: bool) -> AttemptStatus:
+    reps = [_replica_usage(r) for r in run.replicas]
+    usage: dict[str, Any] = {
+        key: sum(float(r[key]) for r in reps) for key in ("wall_s", "cpu_s", "gpu_s")
+    }
+    usage["peak_rss_mb"] = max((float(r["peak_rss_mb"]) for r in reps), default=0.0)
+    usage["replicas"] = reps
+    codes = [None if r.peer_stopped else r.code for r in run.replicas]
+    return AttemptStatus(done, codes, usage)
+
+
+class LocalExecutor:
+    """Runs each replica as a subprocess (its own process group) on this machine."""
+
+    name = "local"
+    self_scheduling = False
+
+    def __init__(self) -> None:
+        self.host = socket.gethostname()
+        self._gpu_ids = self._gpu_pool()
+        self._gpus_in_use: set[str] = set()
+        self._runs: dict[str, _Run] = {}
+        self._done: dict[str, AttemptStatus] = {}
+
+    @staticmethod
+    def _gpu_pool() -> list[str]:
+        """GPU ids to hand out: the worker's own CUDA_VISIBLE_DEVICES if set, else 0..n-1."""
+        count = machine_resources().gpu
+        visible = os.environ.get("CUDA_VISIBLE_DEVICES", "")
+        ids = [d.strip() for d in visible.split(",") if d.strip()]
+        return (ids or [str(i) for i in range(count)])[:count]
+
+    def nodes(self) -> list[Node]:
+        """Return this machine as one node (``AIFAB_WORKER_*`` variables override detection)."""
+        return [Node(self.host, machine_resources())]
+
+    def launch(self, launch: Launch) -> dict[str, Any]:
+        """Start every replica in its own process group; return the JSON handle.
+
+        Raises:
+            RuntimeError: fewer GPUs are free than the attempt needs.
+            OSError: a replica could not be started (missing command or workdir); replicas
+                already started are killed first.
+        """
+        per = launch.resources.gpu
+        gpus = self._allot(per * len(launch.replicas))
+        reps: list[_Replica] = []
+        try:
+            for i, rl in enumerate(launch.replicas):
+                reps.append(self._spawn(launch, rl, gpus[i * per : (i + 1) * per]))
+        except BaseException:
+            self._kill_now(_Run(reps, gpus))
+            self._gpus_in_use.difference_update(gpus)
+            raise
+        key = f"{launch.job_id}/{launch.attempt}"
+        self._runs[key] = _Run(reps, gpus)
+        return {
+            "executor": self.name,
+            "key": key,
+            "host": self.host,
+            "started_at": time.time(),
+            "gpus": gpus,
+            "replicas": [
+                {
+                    "rank": rep.rank,
+                    "pid": rep.proc.pid,
+                    "pgid": rep.proc.pid,  # setsid made each replica its group's leader
+                    "start": self._start_ticks(rep.proc.pid),
+                    "log": str(rl.log_path),
+                    "gpus": gpus[i * per : (i + 1) * per],
+                }
+                for i, (rep, rl) in enumerate(zip(reps, launch.replicas, strict=True))
+            ],
+        }
+
+    def _allot(self, count: int) -> list[str]:
+        free = [g for g in self._gpu_ids if g not in self._gpus_in_use]
+        if count > len(free):
+            raise RuntimeError(f"needs {count} GPU(s) but only {len(free)} are free here")
+        chosen = free[:count]
+        self._gpus_in_use.update(chosen)
+        return chosen
+
+    @staticmethod
+    def _start_ticks(pid: int) -> int | None:
+        fields = _proc_stat(pid)
+        return int(fields[19]) if fields else None
+
+    def _spawn(self, launch: Launch, rl: ReplicaLaunch, gpus: list[str]) -> _Replica:
+        rl.log_path.parent.mkdir(parents=True, exist_ok=True)
+        env = {**os.environ, **rl.env, "CUDA_VISIBLE_DEVICES": ",".join(gpus)}
+        with open(rl.log_path, "ab") as log:
+            proc = subprocess.Popen(
+                launch.argv,
+                cwd=launch.workdir,
+                env=env,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                preexec_fn=_child_setup(os.getpid()),
+            )
+        return _Replica(rl.rank, proc, time.monotonic(), len(gpus))
+
+    def poll(self, handle: dict[str, Any]) -> AttemptStatus:
+        """Reap exited replicas (killing what they left behind); a failed replica stops its gang."""
+        key = _key(handle)
+        if key in self._done:
+            return self._done[key]
+        run = self._runs.get(key)
+        if run is None:
+            return _unknown(handle)
+        for rep in run.replicas:
+            self._collect(rep)
+        self._stop_failed_gang(run)
+        status = _status(run, self._settled(run))
+        if status.done:
+            self._close(key, run, status)
+        return status
+
+    def _collect(self, rep: _Replica) -> None:
+        """Reap ``rep`` if it exited, first killing what it left in its group."""
+        if rep.reaped:
+            return
+        pid = rep.proc.pid
+        if hasattr(os, "waitid"):
+            # Peek without reaping: while the leader is a zombie its pid (the group id) cannot
+            # be reused, so killing the group cannot hit a stranger.
+            try:
+                if os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is None:
+                    return
+                _signal_group(pid, signal.SIGKILL)
+            except ChildProcessError:
+                pass
+        try:
+            got, status, rusage = os.wait4(pid, os.WNOHANG)
+        except ChildProcessError:  # reaped elsewhere: the exit status is lost
+            got, status, rusage = pid, None, None
+        if got == 0:
+            return
+        rep.code = None if status is None else os.waitstatus_to_exitcode(status)
+        rep.rusage, rep.ended, rep.reaped = rusage, time.monotonic(), True
+        # Popen must never reap this pid itself (subprocess._cleanup polls forgotten children).
+        rep.proc.returncode = rep.code if rep.code is not None else -1
+        if not hasattr(os, "waitid"):
+            _signal_group(pid, signal.SIGKILL)
+
+    def _stop_failed_gang(self, run: _Run) -> None:
+        failed = any(
+            r.reaped and r.code not in (0, None) and not r.peer_stopped for r in run.replicas
+        )
+        alive = [r for r in run.replicas if not r.reaped]
+        if not failed or not alive:
+            return
+        if run.kill_at is None:
+            run.kill_at = time.monotonic() + GANG_GRACE_S
+            for rep in alive:
+                rep.peer_stopped = True
+                _signal_group(rep.proc.pid, signal.SIGTERM)
+        elif time.monotonic() >= run.kill_at:
+            for rep in alive:
+                _signal_group(rep.proc.pid, signal.SIGKILL)
+
+    def stop(self, handle: dict[str, Any], grace_s: float = 5.0) -> AttemptStatus:
+        """SIGTERM every replica's group, SIGKILL after ``grace_s``; return once all are gone."""
+        key = _key(handle)
+        if key in self._done:
+            return self._done[key]
+        run = self._runs.get(key)
+        if run is None:
+            self.reap(handle)
+            return _unknown(handle)
+        for rep in run.replicas:
+            if not rep.reaped:
+                _signal_group(rep.proc.pid, signal.SIGTERM)
+        deadline = time.monotonic() + grace_s
+        while not self._settled(run) and time.monotonic() < deadline:
+            time.sleep(_TICK_S)
+        self._kill_now(run)
+        status = _status(run, True)
+        self._close(key, run, status)
+        return status
+
+    def _settled(self, run: _Run) -> bool:
+        """True once every leader is reaped and nothing is left in their groups."""
+        for rep in run.replicas:
+            self._collect(rep)
+        if not all(r.reaped for r in run.replicas):
+            return False
+        lingering = [r for r in run.replicas if group_alive(r.proc.pid)]
+        for rep in lingering:
+            _signal_group(rep.proc.pid, signal.SIGKILL)
+        # An unkillable (D-state) descendant must not hold the attempt open forever.
+        last_exit = max((r.ended or 0.0 for r in run.replicas), default=0.0)
+        return not lingering or time.monotonic() - last_exit > _KILL_WAIT_S
+
+    def _kill_now(self, run: _Run) -> None:
+        """SIGKILL every group of ``run``, reap its leaders and wait for the groups to vanish."""
+        while True:
+            for rep in run.replicas:
+                if not rep.reaped:
+                    _signal_group(rep.proc.pid, signal.SIGKILL)
+            if self._settled(run):
+                return
+            time.sleep(_TICK_S)
+
+    def _close(self, key: str, run: _Run, status: AttemptStatus) -> None:
+        self._gpus_in_use.difference_update(run.gpus)
+        self._runs.pop(key, None)
+        self._done[key] = status
+        while len(self._done) > _KEEP_DONE:
+            del self._done[next(iter(self._done))]
+
+    def reap(self, handle: dict[str, Any]) -> None:
+        """Kill the process groups of a dead worker's attempt, if it ran on this host."""
+        if handle.get("host") != self.host:
+            return
+        for rep in handle.get("replicas", []):
+            pid, pgid = int(rep["pid"]), int(rep.get("pgid", rep["pid"]))
+            start = rep.get("start")
+            if start is not None and pgid == pid:
+                fields = _proc_stat(pid)
+                if fields and int(fields[19]) != int(start):
+                    continue  # the pid was reused, so the group it led is gone
+            _signal_group(pgid, signal.SIGKILL)
