@@ -51,7 +51,7 @@ def query(sql: str, limit: int | None = None) -> pa.Table:
     Raises:
         InvalidInputError: the SQL does not parse or bind (the message says why, no traceback).
     """
-    con = lake.connect()
+    con = lake.connect(sandboxed=True)
     _bind_datasets(con, sql)
     try:
         rel = con.sql(sql)

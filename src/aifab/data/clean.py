@@ -20,7 +20,6 @@ from pydantic import Field
 
 from aifab.core.config import StrictConfig, as_config
 from aifab.core.errors import InvalidInputError
-from aifab.core.workspace import get_workspace
 from aifab.data import clean_steps as cs
 from aifab.data import lake
 from aifab.data.catalog import CommitResult, VersionInfo, commit_query, resolve
@@ -57,16 +56,6 @@ class CleanSpec(StrictConfig):
         """The spec in its YAML shape (one key per step), JSON-ready."""
         steps = [{s.op: s.model_dump(mode="json", exclude={"op"})} for s in self.steps]
         return {"steps": steps, "stats": self.stats}
-
-
-def connect_sandboxed() -> duckdb.DuckDBPyConnection:
-    """A lake connection on which user SQL reaches no files outside the lake and scratch space."""
-    con = lake.connect()
-    ws = get_workspace()
-    dirs = ", ".join(sql_string(str(p.resolve()) + "/") for p in (ws.lake, ws.tmp))
-    con.execute(f"SET allowed_directories = [{dirs}]").fetchall()
-    con.execute("SET enable_external_access = false").fetchall()
-    return con
 
 
 def sql_error(where: str, exc: duckdb.Error) -> InvalidInputError:
@@ -370,7 +359,7 @@ def clean(
     """
     spec = as_config(CleanSpec, spec, source="clean spec")
     source = resolve(ref)
-    con = connect_sandboxed()
+    con = lake.connect(sandboxed=True)
     try:
         query, infos, rejected = compile_steps(con, source, spec)
         transform = {"kind": "clean", "spec": spec.to_yaml_dict(), "steps": infos}

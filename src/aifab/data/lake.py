@@ -22,8 +22,13 @@ from aifab.core.workspace import get_workspace
 _HASH_BATCH = 1 << 20
 
 
-def connect() -> duckdb.DuckDBPyConnection:
-    """An in-memory DuckDB connection with the workspace's memory cap and spill directory."""
+def connect(sandboxed: bool = False) -> duckdb.DuckDBPyConnection:
+    """An in-memory DuckDB connection with the workspace's memory cap and spill directory.
+
+    Args:
+        sandboxed: for connections that run user SQL (filters, rules, ``aifab data query``):
+            files outside the lake and the scratch directory cannot be read or written.
+    """
     settings = get_settings()
     ws = get_workspace(settings)
     con = duckdb.connect()
@@ -33,6 +38,10 @@ def connect() -> duckdb.DuckDBPyConnection:
     con.execute(f"SET temp_directory='{ws.tmp / 'duckdb'}'")
     if settings.duckdb_threads:
         con.execute(f"SET threads={int(settings.duckdb_threads)}")
+    if sandboxed:
+        dirs = ", ".join(sql_string(str(p.resolve()) + "/") for p in (ws.lake, ws.tmp))
+        con.execute(f"SET allowed_directories = [{dirs}]")
+        con.execute("SET enable_external_access = false")
     return con
 
 

@@ -16,8 +16,9 @@ import duckdb
 
 from aifab.core.config import as_config
 from aifab.core.errors import InvalidInputError
+from aifab.data import lake
 from aifab.data.catalog import VersionInfo, commit_query, resolve
-from aifab.data.clean import check_columns, connect_sandboxed, describe, fetch, sql_error
+from aifab.data.clean import check_columns, describe, fetch, sql_error
 from aifab.data.clean_steps import RN
 from aifab.data.expectations import (
     ExpectationSuite,
@@ -103,7 +104,7 @@ def _row_rules(
 def _dataset_results(source: VersionInfo, suite: ExpectationSuite) -> list[RuleResult]:
     """Check row counts and ``assert`` queries (on their own connection: they see only data)."""
     results = []
-    con = connect_sandboxed()
+    con = lake.connect(sandboxed=True)
     try:
         fetch(con, f"CREATE TEMP VIEW data AS SELECT * FROM {source.scan_sql()}", source.ref)
         for i, e in enumerate(suite.expectations, start=1):
@@ -215,7 +216,7 @@ def validate(
     """
     suite = as_config(ExpectationSuite, spec, source="expectation suite")
     source = resolve(ref)
-    con = connect_sandboxed()
+    con = lake.connect(sandboxed=True)
     try:
         fetch(con, f"CREATE TEMP VIEW data AS SELECT * FROM {source.scan_sql()}", source.ref)
         fetch(

@@ -97,3 +97,10 @@ def test_cli_browse_commands(chain, cli, tmp_path: Path) -> None:
     assert r.exit_code == 0 and (tmp_path / "o.parquet").exists()
     r = cli("data", "show", "t@x!")
     assert r.exit_code == 2 and "invalid version" in r.stderr
+
+
+def test_query_cannot_read_files_outside_the_workspace(chain, tmp_path: Path) -> None:
+    secret = tmp_path / "secret.csv"
+    secret.write_text("a\n1\n")
+    with pytest.raises(InvalidInputError, match="SQL error"):
+        query(f"SELECT * FROM read_csv('{secret}')")
