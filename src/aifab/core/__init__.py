@@ -49,6 +49,7 @@ def init_workspace() -> dict[str, Any]:
     settings = get_settings()
     ws = get_workspace(settings)
     get_engine()
+    swept = ws.sweep_tmp()
     with session_scope() as s:
         record_event(s, "workspace.init", f"workspace:{ws.root}")
     return {
@@ -56,6 +57,7 @@ def init_workspace() -> dict[str, Any]:
         "db_url": settings.resolved_db_url,
         "schema_revision": SCHEMA_REVISION,
         "lake": str(ws.lake),
+        "stale_tmp_files_removed": swept,
     }
 
 

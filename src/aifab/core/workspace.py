@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -45,6 +46,23 @@ class Workspace:
     def tmp(self) -> Path:
         """Scratch space on the same filesystem as the lake, so renames are atomic."""
         return self.root / "tmp"
+
+    def sweep_tmp(self, older_than_s: float = 86400.0) -> int:
+        """Delete scratch files older than ``older_than_s`` (left by killed processes).
+
+        Returns:
+            How many files were removed.
+        """
+        cutoff = time.time() - older_than_s
+        removed = 0
+        for path in self.tmp.glob("*"):
+            try:
+                if path.is_file() and path.stat().st_mtime < cutoff:
+                    path.unlink()
+                    removed += 1
+            except FileNotFoundError:
+                continue  # another process finished with it first
+        return removed
 
     def ensure(self) -> Workspace:
         """Create the workspace directories if missing and return self."""

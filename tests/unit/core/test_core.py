@@ -130,3 +130,15 @@ def test_unexpected_error_is_one_line_and_debug_shows_traceback(cli, tmp_path: P
     )
     assert out.returncode != 0
     assert "Traceback" in out.stderr
+
+
+def test_init_sweeps_stale_scratch_files(workspace: Path) -> None:
+    from aifab.core import get_workspace
+
+    tmp = get_workspace().tmp
+    old, new = tmp / "stage_old.parquet", tmp / "stage_new.parquet"
+    old.write_text("x")
+    new.write_text("y")
+    os.utime(old, (1, 1))
+    assert init_workspace()["stale_tmp_files_removed"] == 1
+    assert not old.exists() and new.exists()
