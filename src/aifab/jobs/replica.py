@@ -1,7 +1,8 @@
 """Entry point of one replica that runs a recipe: ``python -m aifab.jobs.replica``.
 
-The executor passes the recipe name and a JSON config file in the environment
-(``AIFAB_JOB_RECIPE``, ``AIFAB_JOB_CONFIG``) next to the distributed variables.
+The executor passes the recipe name and its config in the environment (``AIFAB_JOB_RECIPE``, and
+``AIFAB_JOB_CONFIG`` naming a JSON file or ``AIFAB_JOB_CONFIG_JSON`` holding it inline, for pods
+that share no filesystem with the submitter) next to the distributed variables.
 """
 
 from __future__ import annotations
@@ -17,7 +18,10 @@ def main() -> None:
     """Load the recipe by name and call it with its config."""
     name = os.environ["AIFAB_JOB_RECIPE"]
     config_path = os.environ.get("AIFAB_JOB_CONFIG")
-    config = json.loads(Path(config_path).read_text()) if config_path else {}
+    if config_path:
+        config = json.loads(Path(config_path).read_text())
+    else:
+        config = json.loads(os.environ.get("AIFAB_JOB_CONFIG_JSON") or "{}")
     RECIPES.get(name)(config)
 
 

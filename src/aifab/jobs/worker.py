@@ -157,7 +157,11 @@ class Worker:
                 status, outcome = self.executor.stop(att.handle), "timeout"
                 reason = f"timed out after {att.timeout_s:g} s"
             else:
-                status = self.executor.poll(att.handle)
+                try:
+                    status = self.executor.poll(att.handle)
+                except Exception:  # noqa: BLE001 - a flaky backend must not stop the loop
+                    log.exception("polling %s attempt %s failed", att.job_id, att.attempt)
+                    continue
                 if status.done:
                     outcome = "succeeded" if status.succeeded else "failed"
             if outcome is None:

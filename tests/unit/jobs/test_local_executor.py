@@ -224,3 +224,18 @@ def test_replicas_die_with_a_killed_worker(
     while group_members([pid]) and time.monotonic() < deadline:
         time.sleep(0.02)
     assert group_members([pid]) == []  # PR_SET_PDEATHSIG
+
+
+def test_peak_memory_is_the_replicas_own() -> None:
+    ex = LocalExecutor()
+    big = ex.launch(
+        make_launch(f'{sys.executable} -c "import time; b = bytearray(200 << 20); time.sleep(1)"')
+    )
+    small = ex.launch(make_launch("sleep 1"))
+    while not all([ex.poll(big).done, ex.poll(small).done]):  # as the worker: poll every one
+        time.sleep(0.02)
+    big_mb = ex.poll(big).usage["peak_rss_mb"]
+    small_mb = ex.poll(small).usage["peak_rss_mb"]
+    assert big_mb >= 190
+    # Not the worker's memory inherited across fork (this test process holds far more).
+    assert small_mb < 30

@@ -8,7 +8,6 @@ of it by process group (:meth:`LocalExecutor.reap`).
 
 from __future__ import annotations
 
-import contextlib
 import ctypes
 import os
 import signal
@@ -22,6 +21,13 @@ from typing import Any
 
 from aifab.jobs.detect import machine_resources
 from aifab.jobs.executors.base import AttemptStatus, Launch, ReplicaLaunch
+from aifab.jobs.executors.procs import (
+    group_alive,
+    group_peak_rss_mb,
+    kill_group,
+    signal_group,
+    start_ticks,
+)
 from aifab.jobs.policy import Node
 
 _PR_SET_PDEATHSIG = 1
@@ -61,38 +67,6 @@ def _child_setup(parent_pid: int) -> Callable[[], None]:
     return setup
 
 
-def _proc_stat(pid: int) -> list[str] | None:
-    """Fields of ``/proc/<pid>/stat`` from the state on (field n is at index n - 3), or None."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as fh:
-            raw = fh.read().decode(errors="replace")
-    except OSError:
-        return None
-    return raw.rsplit(")", 1)[1].split()
-
-
-def group_alive(pgid: int) -> bool:
-    """Whether any process of group ``pgid`` still runs (zombies waiting to be reaped do not)."""
-    try:
-        os.killpg(pgid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    if not os.path.isdir("/proc"):
-        return True
-    for name in os.listdir("/proc"):
-        fields = _proc_stat(int(name)) if name.isdigit() else None
-        if fields and int(fields[2]) == pgid and fields[0] not in ("Z", "X"):
-            return True
-    return False
-
-
-def _signal_group(pgid: int, sig: int) -> None:
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(pgid, sig)
-
-
 @dataclass
 class _Replica:
     rank: int
@@ -105,6 +79,8 @@ class _Replica:
     reaped: bool = False
     #: Stopped because another replica of its gang failed (its exit code is reported as None).
     peer_stopped: bool = False
+    #: Highest VmHWM seen while it ran (see :func:`procs.peak_rss_mb`).
+    peak_mb: float = 0.0
 
 
 @dataclass
@@ -134,7 +110,9 @@ def _replica_usage(rep: _Replica) -> dict[str, Any]:
         "exit_code": rep.code,
         "wall_s": wall,
         "cpu_s": float(ru.ru_utime + ru.ru_stime) if ru is not None else 0.0,
-        "peak_rss_mb": float(ru.ru_maxrss) / rss_div if ru is not None else 0.0,
+        # Sampled VmHWM; a replica too short-lived to be sampled falls back to ru_maxrss,
+        # which overstates it by the worker's own memory at fork time.
+        "peak_rss_mb": rep.peak_mb or (float(ru.ru_maxrss) / rss_div if ru is not None else 0.0),
         "gpu_s": rep.gpus * wall,
     }
 
@@ -206,7 +184,7 @@ class LocalExecutor:
                     "rank": rep.rank,
                     "pid": rep.proc.pid,
                     "pgid": rep.proc.pid,  # setsid made each replica its group's leader
-                    "start": self._start_ticks(rep.proc.pid),
+                    "start": start_ticks(rep.proc.pid),
                     "log": str(rl.log_path),
                     "gpus": gpus[i * per : (i + 1) * per],
                 }
@@ -221,11 +199,6 @@ class LocalExecutor:
         chosen = free[:count]
         self._gpus_in_use.update(chosen)
         return chosen
-
-    @staticmethod
-    def _start_ticks(pid: int) -> int | None:
-        fields = _proc_stat(pid)
-        return int(fields[19]) if fields else None
 
     def _spawn(self, launch: Launch, rl: ReplicaLaunch, gpus: list[str]) -> _Replica:
         rl.log_path.parent.mkdir(parents=True, exist_ok=True)
@@ -268,8 +241,9 @@ class LocalExecutor:
             # be reused, so killing the group cannot hit a stranger.
             try:
                 if os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is None:
+                    rep.peak_mb = max(rep.peak_mb, group_peak_rss_mb(pid))
                     return
-                _signal_group(pid, signal.SIGKILL)
+                signal_group(pid, signal.SIGKILL)
             except ChildProcessError:
                 pass
         try:
@@ -283,7 +257,7 @@ class LocalExecutor:
         # Popen must never reap this pid itself (subprocess._cleanup polls forgotten children).
         rep.proc.returncode = rep.code if rep.code is not None else -1
         if not hasattr(os, "waitid"):
-            _signal_group(pid, signal.SIGKILL)
+            signal_group(pid, signal.SIGKILL)
 
     def _stop_failed_gang(self, run: _Run) -> None:
         failed = any(
@@ -296,10 +270,10 @@ class LocalExecutor:
             run.kill_at = time.monotonic() + GANG_GRACE_S
             for rep in alive:
                 rep.peer_stopped = True
-                _signal_group(rep.proc.pid, signal.SIGTERM)
+                signal_group(rep.proc.pid, signal.SIGTERM)
         elif time.monotonic() >= run.kill_at:
             for rep in alive:
-                _signal_group(rep.proc.pid, signal.SIGKILL)
+                signal_group(rep.proc.pid, signal.SIGKILL)
 
     def stop(self, handle: dict[str, Any], grace_s: float = 5.0) -> AttemptStatus:
         """SIGTERM every replica's group, SIGKILL after ``grace_s``; return once all are gone."""
@@ -312,7 +286,7 @@ class LocalExecutor:
             return _unknown(handle)
         for rep in run.replicas:
             if not rep.reaped:
-                _signal_group(rep.proc.pid, signal.SIGTERM)
+                signal_group(rep.proc.pid, signal.SIGTERM)
         deadline = time.monotonic() + grace_s
         while not self._settled(run) and time.monotonic() < deadline:
             time.sleep(_TICK_S)
@@ -329,7 +303,7 @@ class LocalExecutor:
             return False
         lingering = [r for r in run.replicas if group_alive(r.proc.pid)]
         for rep in lingering:
-            _signal_group(rep.proc.pid, signal.SIGKILL)
+            signal_group(rep.proc.pid, signal.SIGKILL)
         # An unkillable (D-state) descendant must not hold the attempt open forever.
         last_exit = max((r.ended or 0.0 for r in run.replicas), default=0.0)
         return not lingering or time.monotonic() - last_exit > _KILL_WAIT_S
@@ -339,7 +313,7 @@ class LocalExecutor:
         while True:
             for rep in run.replicas:
                 if not rep.reaped:
-                    _signal_group(rep.proc.pid, signal.SIGKILL)
+                    signal_group(rep.proc.pid, signal.SIGKILL)
             if self._settled(run):
                 return
             time.sleep(_TICK_S)
@@ -356,10 +330,5 @@ class LocalExecutor:
         if handle.get("host") != self.host:
             return
         for rep in handle.get("replicas", []):
-            pid, pgid = int(rep["pid"]), int(rep.get("pgid", rep["pid"]))
             start = rep.get("start")
-            if start is not None and pgid == pid:
-                fields = _proc_stat(pid)
-                if fields and int(fields[19]) != int(start):
-                    continue  # the pid was reused, so the group it led is gone
-            _signal_group(pgid, signal.SIGKILL)
+            kill_group(int(rep.get("pgid", rep["pid"])), int(start) if start is not None else None)

@@ -1,0 +1,96 @@
+"""What the Ray executor runs on a Ray node: one replica's process group, and its cleanup.
+
+Plain Python with no ``import ray`` (``aifab.jobs.executors.ray`` wraps these in ``ray.remote``).
+A replica starts in a new session, so a stop reaches its children, and on Linux it dies with the
+actor that started it (``PR_SET_PDEATHSIG``); what it left behind is killed by process group.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from aifab.jobs.executors.procs import peak_rss_mb, signal_group, start_ticks
+
+_TICK_S = 0.05
+# Replicas start through this: set PR_SET_PDEATHSIG (1) to SIGKILL (9), then exec the command.
+_EXEC = (
+    "import ctypes, os, sys\n"
+    "ctypes.CDLL(None, use_errno=True).prctl(1, 9)\n"
+    "if os.getppid() != int(sys.argv[1]): os._exit(137)\n"
+    "try: os.execvp(sys.argv[2], sys.argv[2:])\n"
+    "except OSError as e: print(f'aifab: cannot run {sys.argv[2]}: {e.strerror}'); os._exit(127)\n"
+)
+
+
+class ReplicaProcess:
+    """Ray actor body: ``start`` a replica, ``wait`` for it, ``stop`` it from a concurrent call."""
+
+    def __init__(self) -> None:
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._started = 0.0
+
+    def free_port(self) -> int:
+        """A TCP port free on this node (rank 0 hosts the rendezvous)."""
+        with socket.socket() as sock:
+            sock.bind(("", 0))
+            return int(sock.getsockname()[1])
+
+    def start(
+        self, argv: list[str], env: dict[str, str], cwd: str | None, log_path: str
+    ) -> dict[str, Any]:
+        """Start the replica; return its pid (= process group) and start time."""
+        Path(log_path).parent.mkdir(parents=True, exist_ok=True)
+        if sys.platform.startswith("linux"):
+            argv = [sys.executable, "-c", _EXEC, str(os.getpid()), *argv]
+        with open(log_path, "ab") as out:
+            self._proc = subprocess.Popen(
+                argv,
+                cwd=cwd,
+                env={**os.environ, **env},
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        self._started = time.monotonic()
+        return {"pgid": self._proc.pid, "start": start_ticks(self._proc.pid)}
+
+    def wait(self) -> dict[str, Any]:
+        """Wait for the replica to exit; kill what it left; return exit code and usage."""
+        assert self._proc is not None, "start() first"
+        pid, peak = self._proc.pid, 0.0
+        # Peek without reaping: while the leader is a zombie its pid (the group id) cannot be
+        # reused, so killing what it left in its group cannot hit a stranger.
+        while os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is None:
+            peak = max(peak, peak_rss_mb(pid))
+            time.sleep(_TICK_S)
+        signal_group(pid, signal.SIGKILL)
+        _, status, rusage = os.wait4(pid, 0)
+        self._proc.returncode = os.waitstatus_to_exitcode(status)
+        return {
+            "exit_code": self._proc.returncode,
+            "wall_s": time.monotonic() - self._started,
+            "cpu_s": float(rusage.ru_utime + rusage.ru_stime),
+            "peak_rss_mb": peak,
+        }
+
+    def stop(self, grace_s: float) -> None:
+        """SIGTERM the replica's process group, SIGKILL it after ``grace_s``."""
+        if self._proc is None:
+            return
+        pgid = self._proc.pid
+        signal_group(pgid, signal.SIGTERM)
+        deadline = time.monotonic() + grace_s
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            while time.monotonic() < deadline:
+                os.killpg(pgid, 0)
+                time.sleep(_TICK_S)
+        signal_group(pgid, signal.SIGKILL)
