@@ -17,6 +17,7 @@ import heapq
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Literal
 
 from aifab.jobs.resources import ZERO, Resources
@@ -68,7 +69,7 @@ class RunningJob:
     placement: tuple[tuple[str, Resources], ...]
     preemptible: bool = True
 
-    @property
+    @cached_property
     def total(self) -> Resources:
         """Resources held by all replicas."""
         out = ZERO
@@ -110,13 +111,22 @@ class _Cluster:
     def __init__(self, nodes: Iterable[Node]) -> None:
         self.free: dict[str, Resources] = {}
         self.by_gpu: dict[int, set[str]] = defaultdict(set)
-        self.capacity = ZERO
+        # Plain sums: this runs over every node each cycle (1,000s in the simulator).
+        ccpu = cmem = fcpu = fmem = 0.0
+        cgpu = fgpu = 0
         for n in nodes:
-            self.capacity = self.capacity + n.capacity
-            self._set(n.name, n.capacity - n.used)
-        self.total_free = ZERO
-        for f in self.free.values():
-            self.total_free = self.total_free + f
+            c, u = n.capacity, n.used
+            free = (
+                c
+                if u is ZERO
+                else Resources(c.cpu - u.cpu, c.memory_mb - u.memory_mb, c.gpu - u.gpu)
+            )
+            ccpu, cmem, cgpu = ccpu + c.cpu, cmem + c.memory_mb, cgpu + c.gpu
+            fcpu, fmem, fgpu = fcpu + free.cpu, fmem + free.memory_mb, fgpu + free.gpu
+            self.free[n.name] = free
+            self.by_gpu[free.gpu].add(n.name)
+        self.capacity = Resources(ccpu, cmem, cgpu)
+        self.total_free = Resources(fcpu, fmem, fgpu)
 
     def _set(self, name: str, free: Resources) -> None:
         old = self.free.get(name)
@@ -132,10 +142,13 @@ class _Cluster:
         taken: dict[str, Resources] = {}
         chosen: list[str] = []
         gpu_levels = sorted(g for g, names in self.by_gpu.items() if names and g >= replica.gpu)
+        level_names: dict[int, list[str]] = {}
         for _ in range(count):
             pick = None
             for g in gpu_levels:
-                for name in sorted(self.by_gpu[g]):
+                if g not in level_names:
+                    level_names[g] = sorted(self.by_gpu[g])
+                for name in level_names[g]:
                     free = self.free[name] - taken.get(name, ZERO)
                     if replica.fits_in(free):
                         pick = name
@@ -163,9 +176,17 @@ class _Cluster:
     def copy(self) -> _Cluster:
         clone = _Cluster(())
         clone.capacity, clone.total_free = self.capacity, self.total_free
-        for name, f in self.free.items():
-            clone._set(name, f)
+        clone.free = dict(self.free)
+        for g, names in self.by_gpu.items():
+            clone.by_gpu[g] = set(names)
         return clone
+
+
+def _sum(amounts: Sequence[Resources]) -> Resources:
+    """Like ``resources.total`` without a new object per addition (hot at cluster scale)."""
+    return Resources(
+        sum(r.cpu for r in amounts), sum(r.memory_mb for r in amounts), sum(r.gpu for r in amounts)
+    )
 
 
 def deserved_shares(
@@ -249,8 +270,11 @@ def schedule(
     cluster = _Cluster(nodes)
     decision = Decision()
     used: dict[str, Resources] = defaultdict(lambda: ZERO)
+    by_queue_running: dict[str, list[Resources]] = defaultdict(list)
     for rj in running:
-        used[rj.queue] = used[rj.queue] + rj.total
+        by_queue_running[rj.queue].append(rj.total)
+    for q, amounts in by_queue_running.items():
+        used[q] = _sum(amounts)
     if policy == "fifo":
         _fifo(cluster, queues, pending, used, decision)
         return decision
@@ -269,6 +293,10 @@ def schedule(
     cursor = dict.fromkeys(by_queue, 0)
     reserved = ZERO
     victims_taken: set[str] = set()
+    # A job failed to start, and nothing started since: a job of the same shape fails the same
+    # way (the outcome depends only on queue, priority and size), so skip the search for it.
+    failed: dict[tuple[object, ...], tuple[int, Resources, str, str]] = {}
+    version = 0
     while heap:
         _, q = heapq.heappop(heap)
         jobs = by_queue[q]
@@ -276,21 +304,32 @@ def schedule(
             continue
         job = jobs[cursor[q]]
         cursor[q] += 1
-        started = _try_start(
-            job,
-            cluster,
-            queues,
-            used,
-            deserved,
-            running,
-            reserved,
-            victims_taken,
-            decision,
-            preemption,
-        )
-        if not started and job.id not in decision.waiting:
-            decision.waiting[job.id] = _no_room(job, cluster)
-        if not started and now - job.submitted_at >= starvation_s:
+        shape = (job.queue, job.priority, job.replica, job.replicas, job.gang)
+        seen = failed.get(shape)
+        if seen is not None and seen[0] == version and seen[1] == reserved:
+            started, decision.waiting[job.id] = seen[2], seen[3]
+        else:
+            started = _try_start(
+                job,
+                cluster,
+                queues,
+                used,
+                deserved,
+                running,
+                reserved,
+                victims_taken,
+                decision,
+                preemption,
+            )
+            if started == "started":
+                version += 1
+            else:
+                if job.id not in decision.waiting:
+                    decision.waiting[job.id] = _no_room(job, cluster)
+                failed[shape] = (version, reserved, started, decision.waiting[job.id])
+        # Only a job waiting for room reserves it: one held by its queue's capability would
+        # hold every other queue back without ever getting closer to starting.
+        if started == "blocked" and now - job.submitted_at >= starvation_s:
             reserved = reserved + job.demand
         if cursor[q] < len(jobs):
             heapq.heappush(heap, (used[q].dominant_share(cluster.capacity) / queues[q].weight, q))
@@ -308,22 +347,21 @@ def _try_start(
     victims_taken: set[str],
     decision: Decision,
     preemption: bool,
-) -> bool:
-    reason = _capability_reason(queues.get(job.queue), used[job.queue], job)
+) -> Literal["started", "capped", "blocked"]:
+    pol = queues.get(job.queue)
+    reason = _capability_reason(pol, used[job.queue], job)
     if reason:
         decision.waiting[job.id] = reason
-        return False
+        return "capped"
     if reserved != ZERO and not (job.demand + reserved).fits_in(cluster.total_free):
         decision.waiting[job.id] = "held back: free resources are reserved for a starving job"
-        return False
-    nodes = cluster.place(job.replica, job.replicas)
-    if nodes is None and job.gang < job.replicas:
-        nodes = cluster.place(job.replica, job.gang)  # elastic: start with the minimum
+        return "blocked"
+    nodes = _place(job, cluster, pol, used[job.queue])
     victims: list[RunningJob] = []
     if nodes is None and preemption:
         victims, nodes = _find_victims(job, cluster, queues, used, deserved, running, victims_taken)
     if nodes is None:
-        return False
+        return "blocked"
     for v in victims:
         cluster.give(v.placement)
         used[v.queue] = used[v.queue] - v.total
@@ -332,7 +370,22 @@ def _try_start(
     cluster.take(job.replica, nodes)
     used[job.queue] = used[job.queue] + job.replica.times(len(nodes))
     decision.starts.append(Start(job.id, tuple(nodes), tuple(v.id for v in victims)))
-    return True
+    return "started"
+
+
+def _place(
+    job: JobRequest, cluster: _Cluster, pol: QueuePolicy | None, used: Resources
+) -> list[str] | None:
+    """All replicas if they fit (the queue's capability included), else the gang minimum."""
+    full = job.replica.times(job.replicas)
+    if job.gang == job.replicas or pol is None or pol.capability is None:
+        grow = True
+    else:
+        grow = (used + full).fits_in(pol.capability)
+    nodes = cluster.place(job.replica, job.replicas) if grow else None
+    if nodes is None and job.gang < job.replicas:
+        nodes = cluster.place(job.replica, job.gang)  # elastic: start with the minimum
+    return nodes
 
 
 def _find_victims(
@@ -365,6 +418,11 @@ def _find_victims(
         )
         if same_queue or reclaim:
             candidates.append(rj)
+    if not candidates:
+        return [], None
+    releasable = _sum([cluster.total_free, *(rj.total for rj in candidates)])
+    if not job.demand.fits_in(releasable):
+        return [], None  # even preempting every candidate would not make room
     candidates.sort(key=lambda r: (r.priority, -r.started_at))
     trial = cluster.copy()
     chosen: list[RunningJob] = []
@@ -373,8 +431,24 @@ def _find_victims(
         chosen.append(rj)
         nodes = trial.place(job.replica, job.gang)
         if nodes is not None:
-            return chosen, nodes
+            return _prune(job, cluster, chosen, nodes)
     return [], None
+
+
+def _prune(
+    job: JobRequest, cluster: _Cluster, chosen: list[RunningJob], nodes: list[str]
+) -> tuple[list[RunningJob], list[str]]:
+    """Drop victims the job does not need (e.g. on a node it cannot use), most valued first."""
+    keep = list(chosen)
+    for rj in reversed(chosen[:-1]):
+        rest = [v for v in keep if v is not rj]
+        trial = cluster.copy()
+        for v in rest:
+            trial.give(v.placement)
+        placed = trial.place(job.replica, job.gang)
+        if placed is not None:
+            keep, nodes = rest, placed
+    return keep, nodes
 
 
 def _fifo(
@@ -390,12 +464,16 @@ def _fifo(
         if blocker is not None:
             decision.waiting[job.id] = f"waiting behind earlier job {blocker} (fifo)"
             continue
-        reason = _capability_reason(queues.get(job.queue), used[job.queue], job)
-        nodes = None if reason else cluster.place(job.replica, job.gang)
+        pol = queues.get(job.queue)
+        if pol is None:
+            decision.waiting[job.id] = f"queue {job.queue!r} does not exist"
+            continue
+        reason = _capability_reason(pol, used[job.queue], job)
+        nodes = None if reason else _place(job, cluster, pol, used[job.queue])
         if nodes is None:
             decision.waiting[job.id] = reason or _no_room(job, cluster)
             blocker = job.id
             continue
         cluster.take(job.replica, nodes)
-        used[job.queue] = used[job.queue] + job.demand
+        used[job.queue] = used[job.queue] + job.replica.times(len(nodes))
         decision.starts.append(Start(job.id, tuple(nodes)))
