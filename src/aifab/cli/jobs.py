@@ -1,4 +1,4 @@
-"""``aifab job``, ``aifab queue`` and ``aifab worker``: submit and watch jobs, manage queues.
+"""``aifab job`` and ``aifab worker``: submit, watch and control jobs; run the scheduler loop.
 
 ``aifab job submit --wait`` needs a worker: a running ``aifab worker`` (it waits a short grace
 for one to appear, then exits 1 saying so), or ``--local-worker`` to run one in-process until the
@@ -21,11 +21,9 @@ import typer
 from aifab.cli.output import JSON_HELP, emit, print_json, print_table, when
 
 job_app = typer.Typer(help="Submit, list, inspect and cancel jobs.", no_args_is_help=True)
-queue_app = typer.Typer(help="Queues: fair-share weights and capabilities.", no_args_is_help=True)
 
 _FINAL = ("succeeded", "failed", "cancelled")
 _JOB_COLUMNS = ["id", "name", "queue", "priority", "state", "attempt", "submitted", "reason"]
-_QUEUE_COLUMNS = ["name", "weight", "capability", "reclaimable", "pending", "running"]
 #: Seconds ``submit --wait`` waits for a worker to appear before giving up.
 NO_WORKER_GRACE_S = 10.0
 _POLL_S = 0.25
@@ -103,24 +101,10 @@ def _report_final(job: dict[str, Any], as_json: bool) -> None:
         raise typer.Exit(1)
 
 
-def _alive_workers(executor: str) -> int:
-    from sqlalchemy import func, select
+def _alive(executor: str) -> int:
+    from aifab.jobs.service import list_workers
 
-    from aifab.core.db import session_scope
-    from aifab.jobs.scheduler import DEAD_AFTER_S
-    from aifab.jobs.tables import WorkerRow
-
-    with session_scope() as s:
-        return int(
-            s.scalar(
-                select(func.count()).where(
-                    WorkerRow.executor == executor,
-                    WorkerRow.state == "alive",
-                    WorkerRow.heartbeat_at >= time.time() - DEAD_AFTER_S,
-                )
-            )
-            or 0
-        )
+    return sum(1 for w in list_workers(alive_only=True) if w["executor"] == executor)
 
 
 def _wait(job_id: str, job: dict[str, Any]) -> dict[str, Any]:
@@ -131,7 +115,7 @@ def _wait(job_id: str, job: dict[str, Any]) -> dict[str, Any]:
     while job["state"] not in _FINAL:
         time.sleep(_POLL_S)
         job = get_job(job_id)
-        if _alive_workers(job["executor"]):
+        if _alive(job["executor"]):
             orphan_since = None
             continue
         orphan_since = orphan_since or time.time()
@@ -374,70 +358,7 @@ def worker_command(
     sys.stdout.write(f"worker {worker.id} stopped\n")
 
 
-# --- queues ----------------------------------------------------------------------------------
-
-_WEIGHT_HELP = "Fair-share weight (DRF)."
-_CPU_HELP = "Capability: max CPU cores its running jobs hold."
-_MEMORY_HELP = "Capability: max memory, e.g. 64Gi."
-_GPU_HELP = "Capability: max GPUs."
-_RECLAIM_HELP = "Whether other queues may reclaim what it holds above its share."
-
-
-@queue_app.command("create")
-def queue_create(
-    name: str = typer.Argument(..., help="Queue name."),
-    weight: float = typer.Option(1.0, help=_WEIGHT_HELP),
-    cpu: float | None = typer.Option(None, help=_CPU_HELP),
-    memory: str | None = typer.Option(None, help=_MEMORY_HELP),
-    gpu: int | None = typer.Option(None, help=_GPU_HELP),
-    reclaimable: bool = typer.Option(True, "--reclaimable/--no-reclaimable", help=_RECLAIM_HELP),
-    as_json: bool = typer.Option(False, "--json", help=JSON_HELP),
-) -> None:
-    """Create a queue."""
-    from aifab.jobs.service import create_queue
-
-    q = create_queue(name, weight=weight, cpu=cpu, memory=memory, gpu=gpu, reclaimable=reclaimable)
-    emit(q if as_json else [q], as_json, _QUEUE_COLUMNS)
-
-
-@queue_app.command("update")
-def queue_update(
-    name: str = typer.Argument(..., help="Queue name."),
-    weight: float | None = typer.Option(None, help=_WEIGHT_HELP),
-    cpu: float | None = typer.Option(None, help=_CPU_HELP + " Replaces the capability."),
-    memory: str | None = typer.Option(None, help=_MEMORY_HELP + " Replaces the capability."),
-    gpu: int | None = typer.Option(None, help=_GPU_HELP + " Replaces the capability."),
-    reclaimable: bool | None = typer.Option(
-        None, "--reclaimable/--no-reclaimable", help=_RECLAIM_HELP, show_default=False
-    ),
-    as_json: bool = typer.Option(False, "--json", help=JSON_HELP),
-) -> None:
-    """Change a queue's weight, capability or reclaimability."""
-    from aifab.jobs.service import update_queue
-
-    q = update_queue(name, weight=weight, cpu=cpu, memory=memory, gpu=gpu, reclaimable=reclaimable)
-    emit(q if as_json else [q], as_json, _QUEUE_COLUMNS)
-
-
-@queue_app.command("list")
-def queue_list(as_json: bool = typer.Option(False, "--json", help=JSON_HELP)) -> None:
-    """List queues with their pending and running jobs."""
-    from aifab.jobs.service import list_queues
-
-    emit(list_queues(), as_json, _QUEUE_COLUMNS)
-
-
-@queue_app.command("delete")
-def queue_delete(name: str = typer.Argument(..., help="Queue name.")) -> None:
-    """Delete a queue with no pending or running jobs."""
-    from aifab.jobs.service import delete_queue
-
-    delete_queue(name)
-    sys.stdout.write(f"deleted queue {name}\n")
-
-
 def register(app: typer.Typer) -> None:
-    """Add the ``job`` and ``queue`` groups and the ``worker`` command to ``app``."""
+    """Add the ``job`` group and the ``worker`` command to ``app``."""
     app.add_typer(job_app, name="job")
-    app.add_typer(queue_app, name="queue")
     app.command("worker")(worker_command)

@@ -11,7 +11,7 @@ import sys
 
 import typer
 
-from aifab.cli import audit, data, jobs, pipeline, workspace
+from aifab.cli import audit, data, jobs, pipeline, queue, workspace
 from aifab.cli.output import error_line
 
 app = typer.Typer(
@@ -34,6 +34,7 @@ def _root(
 workspace.register(app)
 pipeline.register(app)
 jobs.register(app)
+queue.register(app)
 app.add_typer(data.app, name="data")
 app.add_typer(audit.app, name="audit")
 

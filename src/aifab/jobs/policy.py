@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Literal
 
+from aifab.jobs.placement import Cluster, Node
 from aifab.jobs.resources import ZERO, Resources
 
 Policy = Literal["aifab", "fifo"]
@@ -79,15 +80,6 @@ class RunningJob:
 
 
 @dataclass(frozen=True)
-class Node:
-    """A machine: its capacity and what is in use."""
-
-    name: str
-    capacity: Resources
-    used: Resources = ZERO
-
-
-@dataclass(frozen=True)
 class Start:
     """Start ``job_id`` with one replica on each listed node, after stopping ``preempt``."""
 
@@ -103,83 +95,6 @@ class Decision:
     starts: list[Start] = field(default_factory=list)
     preempted: dict[str, str] = field(default_factory=dict)
     waiting: dict[str, str] = field(default_factory=dict)
-
-
-class _Cluster:
-    """Free resources per node, indexed by free GPUs so gang placement stays fast at scale."""
-
-    def __init__(self, nodes: Iterable[Node]) -> None:
-        self.free: dict[str, Resources] = {}
-        self.by_gpu: dict[int, set[str]] = defaultdict(set)
-        # Plain sums: this runs over every node each cycle (1,000s in the simulator).
-        ccpu = cmem = fcpu = fmem = 0.0
-        cgpu = fgpu = 0
-        for n in nodes:
-            c, u = n.capacity, n.used
-            free = (
-                c
-                if u is ZERO
-                else Resources(c.cpu - u.cpu, c.memory_mb - u.memory_mb, c.gpu - u.gpu)
-            )
-            ccpu, cmem, cgpu = ccpu + c.cpu, cmem + c.memory_mb, cgpu + c.gpu
-            fcpu, fmem, fgpu = fcpu + free.cpu, fmem + free.memory_mb, fgpu + free.gpu
-            self.free[n.name] = free
-            self.by_gpu[free.gpu].add(n.name)
-        self.capacity = Resources(ccpu, cmem, cgpu)
-        self.total_free = Resources(fcpu, fmem, fgpu)
-
-    def _set(self, name: str, free: Resources) -> None:
-        old = self.free.get(name)
-        if old is not None:
-            self.by_gpu[old.gpu].discard(name)
-        self.free[name] = free
-        self.by_gpu[free.gpu].add(name)
-
-    def place(self, replica: Resources, count: int) -> list[str] | None:
-        """Best-fit nodes for ``count`` replicas (fewest spare GPUs first), or None."""
-        if not replica.times(count).fits_in(self.total_free):
-            return None
-        taken: dict[str, Resources] = {}
-        chosen: list[str] = []
-        gpu_levels = sorted(g for g, names in self.by_gpu.items() if names and g >= replica.gpu)
-        level_names: dict[int, list[str]] = {}
-        for _ in range(count):
-            pick = None
-            for g in gpu_levels:
-                if g not in level_names:
-                    level_names[g] = sorted(self.by_gpu[g])
-                for name in level_names[g]:
-                    free = self.free[name] - taken.get(name, ZERO)
-                    if replica.fits_in(free):
-                        pick = name
-                        break
-                if pick:
-                    break
-            if pick is None:
-                return None
-            chosen.append(pick)
-            taken[pick] = taken.get(pick, ZERO) + replica
-        return chosen
-
-    def take(self, replica: Resources, nodes: Sequence[str]) -> None:
-        for name in nodes:
-            self._set(name, self.free[name] - replica)
-            self.total_free = self.total_free - replica
-
-    def give(self, placement: Iterable[tuple[str, Resources]]) -> None:
-        for name, r in placement:
-            if name not in self.free:
-                continue  # a replica on a node outside this snapshot frees nothing here
-            self._set(name, self.free[name] + r)
-            self.total_free = self.total_free + r
-
-    def copy(self) -> _Cluster:
-        clone = _Cluster(())
-        clone.capacity, clone.total_free = self.capacity, self.total_free
-        clone.free = dict(self.free)
-        for g, names in self.by_gpu.items():
-            clone.by_gpu[g] = set(names)
-        return clone
 
 
 def _sum(amounts: Sequence[Resources]) -> Resources:
@@ -234,7 +149,7 @@ def _capability_reason(pol: QueuePolicy | None, used: Resources, job: JobRequest
     )
 
 
-def _no_room(job: JobRequest, cluster: _Cluster) -> str:
+def _no_room(job: JobRequest, cluster: Cluster) -> str:
     r = job.replica
     return (
         f"waiting for resources: {job.gang} replica(s) of cpu {r.cpu:g}, memory "
@@ -267,7 +182,7 @@ def schedule(
         starvation_s: after this long blocked, a job reserves room instead of being backfilled.
         preemption: allow preemption and reclaim (``"aifab"`` only).
     """
-    cluster = _Cluster(nodes)
+    cluster = Cluster(nodes)
     decision = Decision()
     used: dict[str, Resources] = defaultdict(lambda: ZERO)
     by_queue_running: dict[str, list[Resources]] = defaultdict(list)
@@ -338,7 +253,7 @@ def schedule(
 
 def _try_start(
     job: JobRequest,
-    cluster: _Cluster,
+    cluster: Cluster,
     queues: Mapping[str, QueuePolicy],
     used: dict[str, Resources],
     deserved: Mapping[str, Resources],
@@ -374,7 +289,7 @@ def _try_start(
 
 
 def _place(
-    job: JobRequest, cluster: _Cluster, pol: QueuePolicy | None, used: Resources
+    job: JobRequest, cluster: Cluster, pol: QueuePolicy | None, used: Resources
 ) -> list[str] | None:
     """All replicas if they fit (the queue's capability included), else the gang minimum."""
     full = job.replica.times(job.replicas)
@@ -390,7 +305,7 @@ def _place(
 
 def _find_victims(
     job: JobRequest,
-    cluster: _Cluster,
+    cluster: Cluster,
     queues: Mapping[str, QueuePolicy],
     used: Mapping[str, Resources],
     deserved: Mapping[str, Resources],
@@ -436,7 +351,7 @@ def _find_victims(
 
 
 def _prune(
-    job: JobRequest, cluster: _Cluster, chosen: list[RunningJob], nodes: list[str]
+    job: JobRequest, cluster: Cluster, chosen: list[RunningJob], nodes: list[str]
 ) -> tuple[list[RunningJob], list[str]]:
     """Drop victims the job does not need (e.g. on a node it cannot use), most valued first."""
     keep = list(chosen)
@@ -452,7 +367,7 @@ def _prune(
 
 
 def _fifo(
-    cluster: _Cluster,
+    cluster: Cluster,
     queues: Mapping[str, QueuePolicy],
     pending: Sequence[JobRequest],
     used: dict[str, Resources],

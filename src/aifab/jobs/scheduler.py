@@ -13,7 +13,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import select, update
 from sqlalchemy.orm import Session
 
 from aifab.core.db import session_scope
@@ -21,15 +21,13 @@ from aifab.core.ids import new_id
 from aifab.jobs.executors.base import AttemptStatus
 from aifab.jobs.policy import JobRequest, Node, Policy, QueuePolicy, RunningJob, schedule
 from aifab.jobs.resources import ZERO, Resources, limit_from_dict
-from aifab.jobs.service import add_event
+from aifab.jobs.service import DEAD_AFTER_S, add_event
 from aifab.jobs.spec import JobSpec
 from aifab.jobs.tables import AttemptRow, JobRow, QueueRow, WorkerRow
 
 #: Lost-worker and preemption re-queues allowed before a job is failed (they use no retries).
 MAX_REQUEUES = 10
 _PENDING_WINDOW = 2000
-#: A worker silent this long is shown as dead (its jobs are recovered by lease expiry).
-DEAD_AFTER_S = 60.0
 
 
 @dataclass(frozen=True)
@@ -93,6 +91,12 @@ def _queues(s: Session) -> dict[str, QueuePolicy]:
     }
 
 
+def _replica(spec: dict[str, Any]) -> Resources:
+    """Per-replica resources of a stored (already validated) spec, without re-validating it."""
+    r = spec["resources"]
+    return Resources(float(r["cpu"]), float(r["memory"]), int(r["gpu"]))
+
+
 def _request(row: JobRow) -> JobRequest:
     spec = row.spec
     return JobRequest(
@@ -100,7 +104,7 @@ def _request(row: JobRow) -> JobRequest:
         queue=row.queue,
         priority=row.priority,
         submitted_at=row.submitted_at,
-        replica=JobSpec.model_validate(spec).resources.to_resources(),
+        replica=_replica(spec),
         replicas=int(spec["replicas"]),
         min_available=spec.get("min_available"),
     )
@@ -115,7 +119,7 @@ def running_jobs(s: Session) -> list[RunningJob]:
         .where(JobRow.state == "running")
     ).all()
     for job, att in rows:
-        replica = JobSpec.model_validate(job.spec).resources.to_resources()
+        replica = _replica(job.spec)
         out.append(
             RunningJob(
                 job.id,
@@ -209,10 +213,15 @@ def plan(
             claims.append(
                 Claim(row.id, row.attempt, tuple(placed), JobSpec.model_validate(row.spec))
             )
-        for job_id, why in waiting.items():
-            waiter = by_id.get(job_id)
-            if waiter is not None and waiter.state == "pending" and waiter.reason != why:
-                waiter.reason = why
+        changed = [
+            {"id": job_id, "reason": why}
+            for job_id, why in waiting.items()
+            if (w := by_id.get(job_id)) is not None and w.state == "pending" and w.reason != why
+        ]
+        if changed:
+            # One executemany instead of an ORM flush per row: a backlog of thousands of
+            # waiting jobs gets new reasons whenever the free capacity changes.
+            s.execute(update(JobRow).execution_options(synchronize_session=False), changed)
     return claims
 
 

@@ -20,10 +20,12 @@ from aifab.jobs.detect import machine_resources
 from aifab.jobs.recipes import RECIPES
 from aifab.jobs.resources import limit_from_dict
 from aifab.jobs.spec import JobSpec
-from aifab.jobs.tables import AttemptRow, JobEventRow, JobRow, QueueRow
+from aifab.jobs.tables import AttemptRow, JobEventRow, JobRow, QueueRow, WorkerRow
 
 ACTIVE = ("pending", "running")
 FINAL = ("succeeded", "failed", "cancelled")
+#: A worker silent this long is shown as dead (its jobs are recovered by lease expiry).
+DEAD_AFTER_S = 60.0
 
 
 def add_event(session: Session, job_id: str, kind: str, message: str = "") -> None:
@@ -306,3 +308,26 @@ def list_queues() -> list[dict[str, Any]]:
     """All queues with their load."""
     with session_scope() as s:
         return [queue_dict(q, s) for q in s.scalars(select(QueueRow).order_by(QueueRow.name))]
+
+
+def list_workers(alive_only: bool = False) -> list[dict[str, Any]]:
+    """Workers with their executor, capacity and last heartbeat (newest first)."""
+    with session_scope() as s:
+        q = select(WorkerRow).order_by(WorkerRow.started_at.desc())
+        if alive_only:
+            q = q.where(
+                WorkerRow.state == "alive", WorkerRow.heartbeat_at >= time.time() - DEAD_AFTER_S
+            )
+        return [
+            {
+                "id": w.id,
+                "host": w.host,
+                "pid": w.pid,
+                "executor": w.executor,
+                "capacity": w.capacity,
+                "state": w.state,
+                "started_at": w.started_at,
+                "heartbeat_at": w.heartbeat_at,
+            }
+            for w in s.scalars(q)
+        ]
