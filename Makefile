@@ -8,7 +8,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.aifab-installed
 PYTEST_ARGS ?= -n 2 --dist loadfile
 
-.PHONY: install demo test check lint bench-data bench-ingest clean
+.PHONY: install demo test check lint bench-data bench-ingest bench-tracking clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -42,6 +42,9 @@ bench-data: install
 
 bench-ingest: install
 	$(PY) bench/ingest.py
+
+bench-tracking: install
+	$(PY) bench/tracking.py
 
 clean:
 	rm -rf $(VENV) .aifab .pytest_cache .mypy_cache .ruff_cache

@@ -11,7 +11,7 @@ import sys
 
 import typer
 
-from aifab.cli import audit, data, jobs, pipeline, queue, workspace
+from aifab.cli import audit, data, jobs, models, pipeline, queue, runs, workspace
 from aifab.cli.output import error_line
 
 app = typer.Typer(
@@ -35,6 +35,8 @@ workspace.register(app)
 pipeline.register(app)
 jobs.register(app)
 queue.register(app)
+runs.register(app)
+models.register(app)
 app.add_typer(data.app, name="data")
 app.add_typer(audit.app, name="audit")
 

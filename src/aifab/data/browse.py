@@ -13,7 +13,7 @@ from sqlalchemy import select
 from aifab.core.db import session_scope
 from aifab.core.errors import InvalidInputError, NotFoundError
 from aifab.data import lake
-from aifab.data.catalog import VersionInfo, resolve, resolve_in
+from aifab.data.catalog import VersionInfo, ensure_profile, resolve, resolve_in
 from aifab.data.refs import parse_ref
 from aifab.data.tables import DatasetRow, LineageEdge, VersionRow
 
@@ -95,7 +95,8 @@ def diff(a: str, b: str) -> dict[str, Any]:
 
 
 def _profile_changes(va: VersionInfo, vb: VersionInfo, cols: list[str]) -> dict[str, Any]:
-    pa_, pb = va.profile.get("columns", {}), vb.profile.get("columns", {})
+    pa_ = ensure_profile(va).get("columns", {})
+    pb = ensure_profile(vb).get("columns", {})
     changes: dict[str, Any] = {}
     for c in cols:
         a, b = pa_.get(c, {}), pb.get(c, {})

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import duckdb
+import pyarrow.parquet as pq
 from sqlalchemy import exc as sa_exc
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
@@ -26,6 +27,9 @@ from aifab.data import lake
 from aifab.data.profile import profile_relation
 from aifab.data.refs import DatasetRef, check_name, parse_ref
 from aifab.data.tables import DatasetRow, LineageEdge, VersionRow
+
+#: Versions up to this many rows get their profile at commit; larger ones on first use.
+EAGER_PROFILE_MAX_ROWS = 1_000_000
 
 
 @dataclass(frozen=True)
@@ -251,6 +255,22 @@ def _record(
     raise RuntimeError(f"could not commit a version of {name!r}: too much contention")
 
 
+def ensure_profile(version: VersionInfo) -> dict[str, Any]:
+    """The version's column profile, computed and stored on first use if the commit skipped it.
+
+    Profiles of versions over :data:`EAGER_PROFILE_MAX_ROWS` rows are deferred: pipelines make
+    many intermediate versions, and profiling each would cost more than producing it.
+    """
+    if version.profile:
+        return version.profile
+    profile = profile_relation(lake.connect(), version.scan_sql())
+    with session_scope() as s:
+        row = s.get(VersionRow, version.id)
+        if row is not None:
+            row.profile = profile
+    return profile
+
+
 def commit_staged(
     name: str,
     staged: Path,
@@ -293,11 +313,11 @@ def commit_staged(
         "source": source,
         "transform": transform,
     }
+    meta["num_rows"] = pq.read_metadata(staged).num_rows + (base.num_rows if base else 0)
     key = lake.put_object(staged, obj_digest)
     objects = [*(base.objects if base else ()), key]
-    full = lake.scan_sql(objects)
-    meta["profile"] = profile_relation(con, full)
-    meta["num_rows"] = meta["profile"]["num_rows"]
+    if meta["num_rows"] <= EAGER_PROFILE_MAX_ROWS:
+        meta["profile"] = profile_relation(con, lake.scan_sql(objects))
     if base is not None:
         meta["num_bytes"] += base.num_bytes
     return _record(name, digest, objects, meta, parents, description)

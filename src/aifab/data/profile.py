@@ -12,7 +12,7 @@ from aifab.data.lake import sql_ident
 QUANTILES = (0.01, 0.05, 0.25, 0.5, 0.75, 0.95, 0.99)
 HISTOGRAM_BINS = 20
 TOP_K = 10
-EXACT_DISTINCT_MAX_ROWS = 1_000_000
+EXACT_DISTINCT_MAX_ROWS = 100_000
 
 _NUMERIC = (
     "TINYINT",
@@ -138,12 +138,13 @@ def profile_relation(con: duckdb.DuckDBPyConnection, rel: str) -> dict[str, Any]
     """Profile every column of the table expression ``rel``.
 
     One pass computes counts, distinct counts and per-kind statistics for all columns, a second
-    the numeric histograms; top values are grouped per string, boolean or low-cardinality column.
+    the numeric histograms; top values are grouped per string or boolean column.
 
     Returns:
         ``{"num_rows": N, "columns": {name: {"type", "kind", "null_share", "distinct", ...}}}``
         with min/max/mean/std/quantiles/histogram for numeric columns and top values for
-        string, boolean and low-cardinality columns.
+        string and boolean columns. Distinct counts are exact up to 100,000 rows, HyperLogLog
+        estimates beyond.
     """
     schema = [
         (n, t, kind_of(t)) for n, t, *_ in con.execute(f"DESCRIBE SELECT * FROM {rel}").fetchall()
@@ -171,8 +172,8 @@ def profile_relation(con: duckdb.DuckDBPyConnection, rel: str) -> dict[str, Any]
             col.update(_stats(kind, values[2:]))
         columns[name] = col
     _histograms(con, rel, columns)
+    # One grouping pass per string/boolean column; numeric columns have their histogram.
     for name, col in columns.items():
-        low_card = col["kind"] == "numeric" and (col["distinct"] or 0) <= TOP_K
-        if (col["kind"] in ("string", "boolean") or low_card) and col["null_share"] < 1:
+        if col["kind"] in ("string", "boolean") and col["null_share"] < 1:
             col["top_values"] = _top_values(con, rel, name)
     return {"num_rows": n, "columns": columns}

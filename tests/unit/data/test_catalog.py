@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -166,3 +167,17 @@ def test_profile_handles_any_column_names_and_kinds() -> None:
     assert cols["d"]["min"] == "2024-01-02" and cols["d"]["max"] == "2024-03-04"
     assert cols["f"]["kind"] == "boolean"
     assert cols["empty"]["null_share"] == 1.0 and "min" not in cols["empty"]
+
+
+def test_large_versions_get_their_profile_on_first_use(
+    monkeypatch: pytest.MonkeyPatch, cli
+) -> None:
+    from aifab.data import catalog
+
+    monkeypatch.setattr(catalog, "EAGER_PROFILE_MAX_ROWS", 10)
+    v = commit_query("big", GEN.format(n=50), source="gen", transform={"kind": "test"}).version
+    assert v.num_rows == 50 and v.profile == {}
+    r = cli("data", "show", "big", "--profile", "--json")
+    assert r.exit_code == 0
+    assert json.loads(r.stdout)["profile"]["columns"]["x"]["max"] == 49
+    assert resolve("big").profile["num_rows"] == 50  # stored for next time

@@ -1,0 +1,247 @@
+"""The model registry on MLflow: register run artifacts as versions, aliases, resolve, download.
+
+A model reference is ``NAME`` (the latest version), ``NAME@3`` (a version) or ``NAME@champion``
+(an alias). Registering and moving aliases are audited with the acting user.
+"""
+
+from __future__ import annotations
+
+import os
+import posixpath
+import re
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from aifab.core.audit import audited
+from aifab.core.errors import InvalidInputError, NotFoundError
+from aifab.core.ids import digest
+from aifab.core.workspace import get_workspace
+from aifab.track.tracking import get_client, translate_error
+
+_NAME_RE = re.compile(r"^[A-Za-z0-9][\w.\-]{0,199}$")
+_ALIAS_RE = re.compile(r"^[A-Za-z_][\w\-]{0,99}$")
+_VERSION_LIKE = re.compile(r"^[vV]?\d+$")
+
+
+def _check_model_name(name: str) -> str:
+    if not _NAME_RE.match(name):
+        raise InvalidInputError(
+            f"model name {name!r}: use letters, digits, '_', '-' and '.', starting with a letter "
+            "or digit"
+        )
+    return name
+
+
+def parse_ref(ref: str) -> tuple[str, str | None]:
+    """Split ``NAME[@VERSION|@ALIAS]`` into the name and the selector (None: latest)."""
+    name, sep, selector = ref.strip().partition("@")
+    if sep and (not selector or "@" in selector):
+        raise InvalidInputError(f"model ref {ref!r}: expected NAME, NAME@VERSION or NAME@ALIAS")
+    return _check_model_name(name), (selector or None)
+
+
+def _version_dict(mv: Any) -> dict[str, Any]:
+    return {
+        "name": mv.name,
+        "version": int(mv.version),
+        "run_id": mv.run_id,
+        "source": mv.source,
+        "aliases": sorted(mv.aliases or []),
+        "tags": dict(mv.tags or {}),
+        "status": mv.status,
+        "created_at": mv.creation_timestamp / 1000.0 if mv.creation_timestamp else None,
+    }
+
+
+def _registered(name: str) -> Any:
+    from mlflow.exceptions import MlflowException
+
+    try:
+        return get_client().get_registered_model(name)
+    except MlflowException as exc:
+        raise translate_error(exc, f"model {name!r}") from None
+
+
+def list_versions(name: str) -> list[dict[str, Any]]:
+    """The versions of model ``name``, newest first.
+
+    Raises:
+        NotFoundError: no model has this name.
+    """
+    _registered(_check_model_name(name))
+    found = get_client().search_model_versions(f"name = '{name}'")
+    return sorted((_version_dict(mv) for mv in found), key=lambda v: -v["version"])
+
+
+def list_models() -> list[dict[str, Any]]:
+    """Every registered model with its latest version and aliases (alias -> version)."""
+    client = get_client()
+    rows = []
+    for rm in client.search_registered_models(order_by=["name ASC"]):
+        versions = [int(mv.version) for mv in client.search_model_versions(f"name = '{rm.name}'")]
+        rows.append(
+            {
+                "name": rm.name,
+                "latest": max(versions, default=None),
+                "versions": len(versions),
+                "aliases": {a: int(v) for a, v in (rm.aliases or {}).items()},
+                "description": rm.description,
+                "tags": dict(rm.tags or {}),
+                "updated_at": rm.last_updated_timestamp / 1000.0,
+            }
+        )
+    return rows
+
+
+def resolve_model(ref: str) -> dict[str, Any]:
+    """The model version ``ref`` names (``NAME``, ``NAME@3``, ``NAME@champion``).
+
+    Returns:
+        ``{"name", "version", "run_id", "source", "aliases", "tags", "status", "created_at"}``.
+
+    Raises:
+        NotFoundError: the model, version or alias does not exist (the message says which and
+            lists what does).
+    """
+    from mlflow.exceptions import MlflowException
+
+    name, selector = parse_ref(ref)
+    rm = _registered(name)
+    client = get_client()
+    if selector is None or selector == "latest":
+        versions = list_versions(name)
+        if not versions:
+            raise NotFoundError(f"model {name!r} has no versions")
+        return versions[0]
+    try:
+        if selector.isdigit():
+            return _version_dict(client.get_model_version(name, selector))
+        return _version_dict(client.get_model_version_by_alias(name, selector))
+    except MlflowException:
+        if selector.isdigit():
+            have = ", ".join(str(v["version"]) for v in reversed(list_versions(name))) or "none"
+            raise NotFoundError(
+                f"model {name!r} has no version {selector} (versions: {have})"
+            ) from None
+        aliases = ", ".join(sorted(rm.aliases or {})) or "none"
+        raise NotFoundError(
+            f"model {name!r} has no alias {selector!r} (aliases: {aliases})"
+        ) from None
+
+
+def _check_artifact(run_id: str, artifact_path: str) -> None:
+    """Raise NotFoundError unless run ``run_id`` exists and has ``artifact_path``."""
+    from mlflow.exceptions import MlflowException
+
+    client = get_client()
+    parent = posixpath.dirname(artifact_path.strip("/")) or None
+    try:
+        client.get_run(run_id)
+        entries = [e.path for e in client.list_artifacts(run_id, parent)]
+    except MlflowException as exc:
+        raise translate_error(exc, f"run {run_id!r}") from None
+    if artifact_path.strip("/") not in entries:
+        have = ", ".join(entries) or "none"
+        raise NotFoundError(f"run {run_id} has no artifact {artifact_path!r} (has: {have})")
+
+
+def register_model(
+    run_id: str, artifact_path: str, name: str, *, tags: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """Register ``runs:/<run_id>/<artifact_path>`` as a new version of model ``name``.
+
+    The model is created on first registration. Returns the new version (as
+    :func:`resolve_model`).
+
+    Raises:
+        NotFoundError: the run or its artifact does not exist.
+    """
+    from mlflow.exceptions import MlflowException
+
+    _check_model_name(name)
+    _check_artifact(run_id, artifact_path)
+    client = get_client()
+    try:
+        client.get_registered_model(name)
+    except MlflowException:
+        try:
+            client.create_registered_model(name)
+        except MlflowException as exc:  # a concurrent registration may have created it
+            if getattr(exc, "error_code", "") != "RESOURCE_ALREADY_EXISTS":
+                raise translate_error(exc, f"model {name!r}") from None
+    source = f"runs:/{run_id}/{artifact_path.strip('/')}"
+    str_tags = {str(k): str(v) for k, v in (tags or {}).items()}
+    mv = client.create_model_version(name, source, run_id=run_id, tags=str_tags)
+    version = _version_dict(mv)
+    audited(
+        "model.register",
+        f"model:{name}@{version['version']}",
+        {"run_id": run_id, "artifact_path": artifact_path, "tags": str_tags},
+    )
+    return version
+
+
+def set_alias(name: str, alias: str, version: int | str) -> dict[str, Any]:
+    """Point ``alias`` (e.g. ``champion``) of model ``name`` at ``version``; it moves if set.
+
+    Returns:
+        The version now holding the alias, plus ``previous``: the version that held it before.
+
+    Raises:
+        InvalidInputError: a malformed alias (or one that looks like a version number).
+        NotFoundError: the model or version does not exist.
+    """
+    if not _ALIAS_RE.match(alias) or _VERSION_LIKE.match(alias) or alias == "latest":
+        raise InvalidInputError(
+            f"alias {alias!r}: use letters, digits, '_' and '-', not 'latest' or a version number"
+        )
+    target = resolve_model(f"{name}@{int(version)}")
+    previous = (_registered(name).aliases or {}).get(alias)
+    get_client().set_registered_model_alias(name, alias, str(target["version"]))
+    audited(
+        "model.alias",
+        f"model:{name}@{target['version']}",
+        {"alias": alias, "previous": previous},
+    )
+    return {**resolve_model(f"{name}@{alias}"), "previous": int(previous) if previous else None}
+
+
+def download_model(ref: str) -> Path:
+    """A local directory with the files of model version ``ref`` (downloaded once per version).
+
+    Files land in ``<workspace>/cache/models/<name>/v<version>-<source digest>``; later calls
+    reuse them. The directory is moved into place whole, so it is complete when it exists.
+    """
+    mv = resolve_model(ref)
+    cache = get_workspace().root / "cache" / "models" / mv["name"]
+    target = cache / f"v{mv['version']}-{digest(mv['source'])[:12]}"
+    if target.is_dir():
+        return target
+    cache.mkdir(parents=True, exist_ok=True)
+    scratch = Path(tempfile.mkdtemp(prefix="model-", dir=get_workspace().tmp))
+    try:
+        fetched = _fetch(mv["source"], scratch / "dl")
+        if fetched.is_file():  # a single-file artifact still yields a directory
+            (scratch / "one").mkdir()
+            fetched = Path(shutil.move(fetched, scratch / "one" / fetched.name)).parent
+        try:
+            os.replace(fetched, target)
+        except OSError:
+            if not target.is_dir():  # anything but a concurrent download finishing first
+                raise
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    return target
+
+
+def _fetch(source: str, dst: Path) -> Path:
+    """Download a model version's source (``runs:/...`` or any artifact URI) under ``dst``."""
+    dst.mkdir(parents=True)
+    if source.startswith("runs:/"):
+        run_id, _, path = source.removeprefix("runs:/").partition("/")
+        return Path(get_client().download_artifacts(run_id, path, str(dst)))
+    from mlflow.artifacts import download_artifacts
+
+    return Path(download_artifacts(artifact_uri=source, dst_path=str(dst)))

@@ -1,0 +1,167 @@
+"""Reading runs back: list, show (params, metrics, tags, dataset inputs, artifacts), compare."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Any
+
+from aifab.core.errors import InvalidInputError
+from aifab.track.tracking import experiment_id, get_client, translate_error
+
+#: Listing artifacts stops after this many entries (a run may log thousands of files).
+MAX_ARTIFACTS = 1000
+
+
+def _seconds(ms: int | None) -> float | None:
+    return ms / 1000.0 if ms else None
+
+
+def _summary(run: Any, experiments: dict[str, str]) -> dict[str, Any]:
+    info = run.info
+    start, end = _seconds(info.start_time), _seconds(info.end_time)
+    return {
+        "id": info.run_id,
+        "experiment": experiments.get(info.experiment_id, info.experiment_id),
+        "name": info.run_name,
+        "status": info.status,
+        "start_time": start,
+        "end_time": end,
+        "duration_s": round(end - start, 3) if start and end else None,
+        "metrics": dict(run.data.metrics),
+    }
+
+
+def _fetch(run_id: str) -> Any:
+    from mlflow.exceptions import MlflowException
+
+    try:
+        return get_client().get_run(run_id)
+    except MlflowException as exc:
+        raise translate_error(exc, f"run {run_id!r}") from None
+
+
+def list_runs(experiment: str | None = None, limit: int = 50) -> list[dict[str, Any]]:
+    """Newest runs first, across experiments or in one.
+
+    Raises:
+        NotFoundError: ``experiment`` does not exist.
+    """
+    if limit < 1:
+        raise InvalidInputError(f"limit: must be at least 1, got {limit}")
+    client = get_client()
+    experiments = {e.experiment_id: e.name for e in client.search_experiments()}
+    ids = [experiment_id(experiment, create=False)] if experiment else list(experiments)
+    if not ids:
+        return []
+    runs = client.search_runs(ids, max_results=limit, order_by=["attributes.start_time DESC"])
+    return [_summary(r, experiments) for r in runs]
+
+
+def metric_history(run_id: str, key: str) -> list[dict[str, Any]]:
+    """Every logged point of metric ``key``, ordered by step then time."""
+    from mlflow.exceptions import MlflowException
+
+    try:
+        points = get_client().get_metric_history(run_id, key)
+    except MlflowException as exc:
+        raise translate_error(exc, f"run {run_id!r}") from None
+    rows = [{"step": m.step, "value": m.value, "timestamp": m.timestamp} for m in points]
+    return sorted(rows, key=lambda r: (r["step"], r["timestamp"]))
+
+
+def _artifacts(run_id: str) -> list[dict[str, Any]]:
+    """The run's artifact files (recursively), as ``{"path", "size"}``."""
+    client = get_client()
+    files: list[dict[str, Any]] = []
+    pending: list[str | None] = [None]
+    while pending and len(files) < MAX_ARTIFACTS:
+        for entry in client.list_artifacts(run_id, pending.pop()):
+            if entry.is_dir:
+                pending.append(entry.path)
+            else:
+                files.append({"path": entry.path, "size": entry.file_size})
+    return sorted(files, key=lambda f: f["path"])[:MAX_ARTIFACTS]
+
+
+def _datasets(run: Any) -> list[dict[str, Any]]:
+    """The run's dataset inputs with their aifab ref and context (training, validation...)."""
+    out = []
+    for item in run.inputs.dataset_inputs if run.inputs else []:
+        ds = item.dataset
+        tags = {t.key: t.value for t in item.tags}
+        try:
+            source = json.loads(ds.source) if ds.source_type == "aifab" else {"uri": ds.source}
+            profile = json.loads(ds.profile) if ds.profile else {}
+        except json.JSONDecodeError:
+            source, profile = {"uri": ds.source}, {}
+        out.append(
+            {
+                "name": ds.name,
+                "ref": tags.get("aifab.ref") or source.get("ref"),
+                "context": tags.get("mlflow.data.context"),
+                "digest": source.get("digest") or ds.digest,
+                "source": source.get("source") or source.get("uri"),
+                "num_rows": profile.get("num_rows"),
+            }
+        )
+    return out
+
+
+def get_run(run_id: str, *, history: bool = False) -> dict[str, Any]:
+    """Everything about one run.
+
+    Args:
+        run_id: the MLflow run id.
+        history: also return every point of every metric (``metric_history``).
+
+    Returns:
+        The run summary plus ``params``, ``tags``, ``datasets``, ``artifacts``, ``artifact_uri``
+        and, with ``history``, ``metric_history`` (key -> points).
+
+    Raises:
+        NotFoundError: no run has this id.
+    """
+    run = _fetch(run_id)
+    exp = get_client().get_experiment(run.info.experiment_id)
+    out = _summary(run, {exp.experiment_id: exp.name})
+    out.update(
+        params=dict(run.data.params),
+        tags=dict(run.data.tags),
+        datasets=_datasets(run),
+        artifact_uri=run.info.artifact_uri,
+        artifacts=_artifacts(run_id),
+    )
+    if history:
+        out["metric_history"] = {k: metric_history(run_id, k) for k in sorted(run.data.metrics)}
+    return out
+
+
+def compare_runs(run_ids: Sequence[str]) -> dict[str, Any]:
+    """Runs side by side: the params that differ and every final metric.
+
+    Returns:
+        ``{"runs": [summary...], "params": {key: [value per run]}, "same_params": int,
+        "metrics": {key: [value per run]}}`` (None where a run lacks the key).
+
+    Raises:
+        InvalidInputError: fewer than two distinct ids.
+    """
+    ids = list(dict.fromkeys(run_ids))
+    if len(ids) < 2:
+        raise InvalidInputError("compare: give at least two different run ids")
+    runs = [_fetch(i) for i in ids]
+    client = get_client()
+    experiments = {e: client.get_experiment(e).name for e in {r.info.experiment_id for r in runs}}
+    param_keys = sorted({k for r in runs for k in r.data.params})
+    params = {k: [r.data.params.get(k) for r in runs] for k in param_keys}
+    differ = {k: v for k, v in params.items() if len(set(v)) > 1}
+    metric_keys = sorted({k for r in runs for k in r.data.metrics})
+    return {
+        "runs": [
+            {k: v for k, v in _summary(r, experiments).items() if k != "metrics"} for r in runs
+        ],
+        "params": differ,
+        "same_params": len(params) - len(differ),
+        "metrics": {k: [r.data.metrics.get(k) for r in runs] for k in metric_keys},
+    }

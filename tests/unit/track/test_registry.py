@@ -1,0 +1,130 @@
+"""The model registry: versions from run artifacts, aliases, refs, downloads and audit events."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from aifab.core.audit import list_events
+from aifab.core.db import session_scope
+from aifab.core.errors import InvalidInputError, NotFoundError
+from aifab.track import (
+    download_model,
+    list_models,
+    list_versions,
+    register_model,
+    resolve_model,
+    set_alias,
+    start_run,
+)
+
+
+def _set_env(mp: pytest.MonkeyPatch, home: Path) -> None:
+    mp.setenv("AIFAB_HOME", str(home))
+    mp.setenv("AIFAB_ACTOR", "user:test")
+    for name in ("AIFAB_DB_URL", "AIFAB_TRACKING_URI", "AIFAB_DEBUG"):
+        mp.delenv(name, raising=False)
+
+
+@pytest.fixture(scope="module")
+def home(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    # Shared with the other track tests in the session: MLflow's schema takes seconds to make.
+    return tmp_path_factory.getbasetemp() / "track-ws"
+
+
+@pytest.fixture(autouse=True)
+def workspace(home: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Overrides the per-test workspace with the shared one."""
+    _set_env(monkeypatch, home)
+    return home
+
+
+@pytest.fixture(scope="module")
+def runs(home: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[str]]:
+    """Two finished runs, each with a ``model`` directory artifact (weights differ)."""
+    ids = []
+    with pytest.MonkeyPatch.context() as mp:
+        _set_env(mp, home)
+        for i in range(2):
+            model = tmp_path_factory.mktemp(f"model{i}")
+            (model / "weights.bin").write_bytes(bytes([i]) * 8)
+            (model / "aifab-model.json").write_text(f'{{"i": {i}}}')
+            with start_run("t-registry", system_metrics=False) as run:
+                run.log_artifacts(model, "model")
+            ids.append(run.id)
+    yield ids
+
+
+def test_register_versions_and_resolve(runs: list[str]) -> None:
+    v1 = register_model(runs[0], "model", "reg-a", tags={"task": "classify"})
+    v2 = register_model(runs[1], "model/", "reg-a")
+    assert (v1["version"], v2["version"]) == (1, 2)
+    assert v1["source"] == f"runs:/{runs[0]}/model" and v1["tags"] == {"task": "classify"}
+    assert [v["version"] for v in list_versions("reg-a")] == [2, 1]
+    assert resolve_model("reg-a")["run_id"] == runs[1]
+    assert resolve_model("reg-a@latest")["version"] == 2
+    assert resolve_model("reg-a@1")["run_id"] == runs[0]
+    row = next(m for m in list_models() if m["name"] == "reg-a")
+    assert (row["latest"], row["versions"], row["aliases"]) == (2, 2, {})
+
+
+def test_champion_alias_moves_and_is_audited(runs: list[str]) -> None:
+    register_model(runs[0], "model", "reg-b")
+    register_model(runs[1], "model", "reg-b")
+    first = set_alias("reg-b", "champion", 1)
+    assert first["version"] == 1 and first["previous"] is None
+    moved = set_alias("reg-b", "champion", "2")
+    assert moved["version"] == 2 and moved["previous"] == 1 and moved["aliases"] == ["champion"]
+    assert resolve_model("reg-b@champion")["run_id"] == runs[1]
+    assert resolve_model("reg-b@1")["aliases"] == []
+    assert next(m for m in list_models() if m["name"] == "reg-b")["aliases"] == {"champion": 2}
+    with session_scope() as s:
+        events = [
+            (e.action, e.object, e.actor)
+            for e in reversed(list_events(s, limit=200, action="model."))
+            if e.object.startswith("model:reg-b@")
+        ]
+    assert events == [
+        ("model.register", "model:reg-b@1", "user:test"),
+        ("model.register", "model:reg-b@2", "user:test"),
+        ("model.alias", "model:reg-b@1", "user:test"),
+        ("model.alias", "model:reg-b@2", "user:test"),
+    ]
+
+
+def test_missing_things_are_named(runs: list[str]) -> None:
+    register_model(runs[0], "model", "reg-c")
+    set_alias("reg-c", "champion", 1)
+    with pytest.raises(NotFoundError, match="model 'nope' not found"):
+        resolve_model("nope")
+    with pytest.raises(NotFoundError, match=r"model 'reg-c' has no version 9 \(versions: 1\)"):
+        resolve_model("reg-c@9")
+    with pytest.raises(NotFoundError, match=r"has no alias 'gold' \(aliases: champion\)"):
+        resolve_model("reg-c@gold")
+    with pytest.raises(NotFoundError, match="has no version 4"):
+        set_alias("reg-c", "champion", 4)
+    with pytest.raises(NotFoundError, match=f"run {runs[0]} has no artifact 'weights'"):
+        register_model(runs[0], "weights", "reg-c")
+    with pytest.raises(NotFoundError, match="run 'f00' not found"):
+        register_model("f00", "model", "reg-c")
+    with pytest.raises(InvalidInputError, match="expected NAME"):
+        resolve_model("reg-c@")
+    with pytest.raises(InvalidInputError, match="model name 'a b'"):
+        register_model(runs[0], "model", "a b")
+    with pytest.raises(InvalidInputError, match="alias 'v2'"):
+        set_alias("reg-c", "v2", 1)
+
+
+def test_download_returns_the_files_once_per_version(runs: list[str], home: Path) -> None:
+    register_model(runs[0], "model", "reg-d")
+    register_model(runs[1], "model", "reg-d")
+    set_alias("reg-d", "champion", 1)
+    path = download_model("reg-d@champion")
+    assert sorted(p.name for p in path.iterdir()) == ["aifab-model.json", "weights.bin"]
+    assert (path / "weights.bin").read_bytes() == b"\x00" * 8
+    assert path.is_relative_to(home)
+    assert download_model("reg-d@1") == path  # reused, not downloaded again
+    latest = download_model("reg-d")
+    assert latest != path and (latest / "weights.bin").read_bytes() == b"\x01" * 8
