@@ -66,9 +66,14 @@ def show(
     as_json: bool = typer.Option(False, "--json", help=JSON_HELP),
 ) -> None:
     """Show one version: schema, row count, source, transform, parents (and profile)."""
+    from dataclasses import replace
+
     from aifab.data import resolve
+    from aifab.data.catalog import ensure_profile
 
     v = resolve(ref)
+    if profile:
+        v = replace(v, profile=ensure_profile(v))
     if as_json:
         print_json(v.to_dict(with_profile=profile))
         return

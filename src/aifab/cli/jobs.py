@@ -87,11 +87,16 @@ def submit_command(
     elif not as_json:
         sys.stdout.write(f"{job['id']}\n")
     if wait:
-        final = _wait_local(job["id"], spec.executor) if local_worker else _wait(job["id"], job)
-        _report_final(final, as_json)
+        final = (
+            wait_with_local_worker(job["id"], spec.executor)
+            if local_worker
+            else wait_for_job(job["id"], job)
+        )
+        report_final(final, as_json)
 
 
-def _report_final(job: dict[str, Any], as_json: bool) -> None:
+def report_final(job: dict[str, Any], as_json: bool) -> None:
+    """Print a final job (one line, or JSON); exit 1 unless it succeeded."""
     if as_json:
         print_json(job)
     else:
@@ -107,7 +112,7 @@ def _alive(executor: str) -> int:
     return sum(1 for w in list_workers(alive_only=True) if w["executor"] == executor)
 
 
-def _wait(job_id: str, job: dict[str, Any]) -> dict[str, Any]:
+def wait_for_job(job_id: str, job: dict[str, Any]) -> dict[str, Any]:
     """Poll until the job is final; give up after a grace if no worker is alive for it."""
     from aifab.jobs.service import get_job
 
@@ -129,24 +134,13 @@ def _wait(job_id: str, job: dict[str, Any]) -> dict[str, Any]:
     return job
 
 
-def _wait_local(job_id: str, executor: str) -> dict[str, Any]:
+def wait_with_local_worker(job_id: str, executor: str) -> dict[str, Any]:
     """Run a worker in this (main) thread until ``job_id`` is final."""
-    from aifab.jobs.service import get_job
-    from aifab.jobs.worker import Worker, WorkerOptions
+    from aifab.jobs.worker import run_until_final
 
     stop = threading.Event()
-
-    def watch() -> None:
-        while not stop.wait(_POLL_S):
-            if get_job(job_id)["state"] in _FINAL:
-                stop.set()
-
-    worker = Worker(WorkerOptions(executor=executor, poll_s=0.05))
-    threading.Thread(target=watch, name="aifab-wait", daemon=True).start()
     with _stop_on_signals(stop):
-        # The main thread runs the loop: local replicas die with the thread that started them.
-        worker.run(stop)
-    return get_job(job_id)
+        return run_until_final(job_id, executor, stop)
 
 
 @contextmanager

@@ -11,7 +11,7 @@ import sys
 
 import typer
 
-from aifab.cli import audit, data, jobs, models, pipeline, queue, runs, workspace
+from aifab.cli import audit, data, jobs, models, pipeline, queue, runs, train, workspace
 from aifab.cli.output import error_line
 
 app = typer.Typer(
@@ -33,6 +33,7 @@ def _root(
 
 workspace.register(app)
 pipeline.register(app)
+train.register(app)
 jobs.register(app)
 queue.register(app)
 runs.register(app)

@@ -27,6 +27,11 @@ def attempt_dir(job_id: str, attempt: int) -> Path:
     return get_workspace().logs / "jobs" / job_id / f"attempt-{attempt}"
 
 
+def result_path(job_id: str, attempt: int) -> Path:
+    """Where rank 0 of a recipe writes what its ``main`` returned (run id, metrics, model)."""
+    return attempt_dir(job_id, attempt) / "result.json"
+
+
 def checkpoint_dir(job_id: str) -> Path:
     """Checkpoints survive attempts, so a preempted or re-queued job resumes where it stopped."""
     return get_workspace().artifacts / "jobs" / job_id / "checkpoints"
@@ -47,6 +52,7 @@ def build_launch(
         "AIFAB_JOB_NAME": spec.name,
         "AIFAB_JOB_ATTEMPT": str(attempt),
         "AIFAB_CHECKPOINT_DIR": str(ckpt),
+        "AIFAB_JOB_RESULT": str(result_path(job_id, attempt)),
         "MASTER_ADDR": master_addr,
         "MASTER_PORT": str(free_port()),
         "WORLD_SIZE": str(len(nodes)),

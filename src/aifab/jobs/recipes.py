@@ -11,5 +11,10 @@ RECIPES = Registry(
     {
         "noop": "aifab.jobs.builtin:noop",
         "sleep": "aifab.jobs.builtin:sleep",
+        "classify": "aifab.train.recipes.classify:main",
+        "custom": "aifab.train.recipes.custom:main",
+        "lm": "aifab.train.recipes.lm:main",
+        "lora": "aifab.train.recipes.lora:main",
+        "kge": "aifab.train.recipes.kge:main",
     },
 )

@@ -11,18 +11,22 @@ import json
 import os
 from pathlib import Path
 
+from aifab.core.atomic import atomic_write_text
 from aifab.jobs.recipes import RECIPES
 
 
 def main() -> None:
-    """Load the recipe by name and call it with its config."""
+    """Load the recipe by name, call it with its config, and keep rank 0's returned summary."""
     name = os.environ["AIFAB_JOB_RECIPE"]
     config_path = os.environ.get("AIFAB_JOB_CONFIG")
     if config_path:
         config = json.loads(Path(config_path).read_text())
     else:
         config = json.loads(os.environ.get("AIFAB_JOB_CONFIG_JSON") or "{}")
-    RECIPES.get(name)(config)
+    result = RECIPES.get(name)(config)
+    target = os.environ.get("AIFAB_JOB_RESULT")
+    if target and os.environ.get("RANK", "0") == "0" and isinstance(result, dict):
+        atomic_write_text(Path(target), json.dumps(result, default=str))
 
 
 if __name__ == "__main__":

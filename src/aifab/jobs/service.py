@@ -331,3 +331,24 @@ def list_workers(alive_only: bool = False) -> list[dict[str, Any]]:
             }
             for w in s.scalars(q)
         ]
+
+
+def job_result(job_id: str) -> dict[str, Any] | None:
+    """What the recipe of a succeeded job returned (its summary), or None.
+
+    Raises:
+        NotFoundError: no such job.
+    """
+    import json
+
+    from aifab.jobs.launch import result_path
+
+    with session_scope() as s:
+        row = _job(s, job_id)
+        if row.state != "succeeded":
+            return None
+        path = result_path(job_id, row.attempt)
+    if not path.exists():
+        return None
+    result: dict[str, Any] = json.loads(path.read_text())
+    return result

@@ -171,3 +171,33 @@ class Worker:
             del self.running[key]
             changed = True
         return changed
+
+
+def run_until_final(
+    job_id: str, executor: str = "local", stop: threading.Event | None = None
+) -> dict[str, Any]:
+    """Run a worker in this thread until ``job_id`` is final; return the job.
+
+    Call it from a thread that outlives the job (the main thread): local replicas die with
+    the thread that started them. The worker also runs other pending jobs meanwhile, and
+    re-queues whatever is still running when it returns. ``stop`` ends it early.
+    """
+    from aifab.jobs.service import FINAL, get_job
+
+    stop = stop or threading.Event()
+    done = threading.Event()
+
+    def watch() -> None:
+        while not (stop.wait(0.25) or done.is_set()):
+            if get_job(job_id)["state"] in FINAL:
+                stop.set()
+
+    if get_job(job_id)["state"] not in FINAL:
+        worker = Worker(WorkerOptions(executor=executor, poll_s=0.05))
+        watcher = threading.Thread(target=watch, name="aifab-wait", daemon=True)
+        watcher.start()
+        try:
+            worker.run(stop)
+        finally:
+            done.set()
+    return get_job(job_id)
