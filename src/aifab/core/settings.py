@@ -22,7 +22,9 @@ class Settings(BaseSettings):
         None, description="MLflow tracking URI; default an MLflow SQLite DB in the workspace."
     )
     actor: str | None = Field(None, description="Who is acting, for the audit log (CLI).")
-    duckdb_memory_limit: str = Field("2GB", description="Memory cap for DuckDB queries.")
+    duckdb_memory_limit: str | None = Field(
+        None, description="Memory cap for DuckDB queries, e.g. 2GB (default: DuckDB's, 80% of RAM)."
+    )
     duckdb_threads: int | None = Field(None, description="DuckDB threads; default all cores.")
 
     @property

@@ -34,7 +34,8 @@ def connect(sandboxed: bool = False) -> duckdb.DuckDBPyConnection:
     con = duckdb.connect()
     # DuckDB draws a progress bar on stdout for long queries; it would corrupt --json output.
     con.execute("SET enable_progress_bar_print=false")
-    con.execute(f"SET memory_limit='{settings.duckdb_memory_limit}'")
+    if settings.duckdb_memory_limit:
+        con.execute(f"SET memory_limit='{settings.duckdb_memory_limit}'")
     con.execute(f"SET temp_directory='{ws.tmp / 'duckdb'}'")
     if settings.duckdb_threads:
         con.execute(f"SET threads={int(settings.duckdb_threads)}")
