@@ -141,6 +141,7 @@ def _run_steps(
 ) -> None:
     """Run the selected steps in order into ``run``; stop at the first failure."""
     produced: dict[str, str] = {}
+    outputs: dict[str, Mapping[str, Any]] = {}
     failed: StepResult | None = None
     for step in spec.steps:
         if only is not None and step.name != only:
@@ -148,7 +149,7 @@ def _run_steps(
         if failed is not None:
             run.steps.append(StepResult(step.name, step.uses, NOT_RUN))
             continue
-        ctx = StepContext(spec.name, step.name, base, dict(produced))
+        ctx = StepContext(spec.name, step.name, base, dict(produced), dict(outputs))
         result, exc = _run_step(run.run_id, step, ctx, force)
         run.steps.append(result)
         if result.status == FAILED:
@@ -158,6 +159,7 @@ def _run_steps(
             run.exception = exc
         else:
             produced.update(_produced(result.outputs))
+            outputs[step.name] = result.outputs
     run.status = FAILED if failed else SUCCEEDED
 
 

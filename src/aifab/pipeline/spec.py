@@ -118,12 +118,15 @@ class StepContext:
         base_dir: the pipeline file's directory; relative paths in ``with`` resolve against it.
         produced: dataset name -> ``name@version`` written by earlier steps of this run, so a
             step reading ``customers_clean`` gets exactly what the ``clean`` step produced.
+        step_outputs: earlier steps' recorded outputs by step name (a ``register`` step reads
+            the run id of the ``train`` step it names).
     """
 
     pipeline: str
     step: str
     base_dir: Path
     produced: Mapping[str, str] = field(default_factory=dict)
+    step_outputs: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
 
     def path(self, value: str | Path) -> Path:
         """Resolve a path from ``with`` against the pipeline file's directory."""

@@ -30,6 +30,8 @@ STEPS = Registry(
         "label": "aifab.pipeline.steps:label",
         "split": "aifab.pipeline.steps:split",
         "features": "aifab.pipeline.steps:features",
+        "train": "aifab.pipeline.train_steps:train",
+        "register": "aifab.pipeline.train_steps:register",
     },
 )
 
