@@ -20,6 +20,8 @@ from aifab.core.settings import get_settings
 
 #: The Alembic revision this code expects; a test checks it equals the migrations' head.
 SCHEMA_REVISION = "0002"
+#: aifab's own Alembic version table (Optuna, sharing the DB, uses ``alembic_version``).
+VERSION_TABLE = "aifab_schema_version"
 
 _engines: dict[str, Engine] = {}
 _ready: set[str] = set()
@@ -72,9 +74,9 @@ def get_engine(url: str | None = None) -> Engine:
 
 def _current_revision(engine: Engine) -> str | None:
     with engine.connect() as conn:
-        if not inspect(conn).has_table("alembic_version"):
+        if not inspect(conn).has_table(VERSION_TABLE):
             return None
-        row = conn.execute(text("SELECT version_num FROM alembic_version")).first()
+        row = conn.execute(text(f"SELECT version_num FROM {VERSION_TABLE}")).first()
         return row[0] if row else None
 
 

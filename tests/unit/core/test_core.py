@@ -11,7 +11,7 @@ from sqlalchemy import text
 from aifab.core import get_engine, init_workspace, session_scope
 from aifab.core.atomic import atomic_path, atomic_write_text
 from aifab.core.config import StrictConfig, as_config, load_config
-from aifab.core.db import SCHEMA_REVISION, Base
+from aifab.core.db import SCHEMA_REVISION, VERSION_TABLE, Base
 from aifab.core.errors import InvalidInputError, NotFoundError
 from aifab.core.migrate import head_revision
 from aifab.core.registry import Registry
@@ -40,7 +40,8 @@ def test_migrations_match_the_orm_tables() -> None:
     import aifab.pipeline.tables  # noqa: F401
 
     with get_engine().connect() as conn:
-        diffs = compare_metadata(MigrationContext.configure(conn), Base.metadata)
+        ctx = MigrationContext.configure(conn, opts={"version_table": VERSION_TABLE})
+        diffs = compare_metadata(ctx, Base.metadata)
     assert diffs == []
 
 
