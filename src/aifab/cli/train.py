@@ -8,7 +8,10 @@ after the job started.
 from __future__ import annotations
 
 import sys
+import threading
+import time
 from pathlib import Path
+from typing import Any
 
 import typer
 
@@ -30,6 +33,9 @@ def train_command(
     priority: int = typer.Option(0, help="Job priority (higher may preempt lower)."),
     executor: str = typer.Option("local", help="local, ray or volcano."),
     name: str | None = typer.Option(None, help="Job name (default: the recipe)."),
+    sweep: Path | None = typer.Option(
+        None, "--sweep", help="Sweep YAML: search hyper-parameters with Optuna, a job per trial."
+    ),
     wait: bool = typer.Option(False, "--wait", help="Wait until the run is final."),
     local_worker: bool = typer.Option(
         False, "--local-worker", help="With --wait: run a worker in this process meanwhile."
@@ -41,6 +47,13 @@ def train_command(
     from aifab.train.submit import build_job_spec
 
     resources = {k: v for k, v in (("cpu", cpu), ("memory", memory), ("gpu", gpu)) if v}
+    job_fields = {"queue": queue, "priority": priority, "executor": executor}
+    if sweep is not None:
+        template = {**job_fields, "replicas": replicas, "name": name or recipe}
+        if resources:
+            template["resources"] = resources
+        _sweep(recipe, config, overrides or [], sweep, template, local_worker, as_json)
+        return
     spec = build_job_spec(
         recipe,
         config,
@@ -48,7 +61,7 @@ def train_command(
         name=name,
         replicas=replicas,
         resources=resources or None,
-        job={"queue": queue, "priority": priority, "executor": executor},
+        job=job_fields,
     )
     job = submit(spec)
     if not wait:
@@ -69,6 +82,71 @@ def train_command(
             if key in result:
                 sys.stdout.write(f"{key}: {result[key]}\n")
     report_final(final, as_json)
+
+
+def _sweep(
+    recipe: str,
+    config: Path | None,
+    overrides: list[str],
+    sweep: Path,
+    template: dict[str, Any],
+    local_worker: bool,
+    as_json: bool,
+) -> None:
+    """Run a sweep; with ``local_worker`` this thread runs the trials' worker meanwhile."""
+    from aifab.jobs.service import FINAL, get_job, submit
+    from aifab.jobs.worker import Worker, WorkerOptions
+    from aifab.train.hpo import run_sweep
+    from aifab.train.submit import load_recipe_config
+
+    base = load_recipe_config(recipe, config, overrides).model_dump(mode="json", by_alias=True)
+
+    def wait(job_id: str) -> dict[str, Any]:
+        while (job := get_job(job_id))["state"] not in FINAL:
+            time.sleep(0.25)
+        return job
+
+    def on_trial(t: Any) -> None:
+        if not as_json:
+            sys.stdout.write(f"trial {t.number}: {t.state} {t.value} {t.params}\n")
+
+    outcome: dict[str, Any] = {}
+    stop = threading.Event()
+
+    def drive() -> None:
+        try:
+            outcome["result"] = run_sweep(
+                recipe,
+                base,
+                sweep,
+                submit=lambda s: submit(s)["id"],
+                wait=wait,
+                job_template=template,
+                on_trial=on_trial,
+            )
+        except BaseException as exc:  # noqa: BLE001 - re-raised in the main thread
+            outcome["error"] = exc
+        finally:
+            stop.set()
+
+    driver = threading.Thread(target=drive, name="aifab-sweep", daemon=True)
+    driver.start()
+    if local_worker:
+        # Trials' replicas die with the thread that started them: the main thread runs them.
+        Worker(WorkerOptions(executor=template["executor"], poll_s=0.05)).run(stop)
+    driver.join()
+    if "error" in outcome:
+        raise outcome["error"]
+    result = outcome["result"]
+    if as_json:
+        print_json(result.to_dict())
+    else:
+        sys.stdout.write(
+            f"best trial {result.best_trial}: {result.metric} = {result.best_value} "
+            f"with {result.best_params} (job {result.best_job_id})\n"
+        )
+    if result.best_trial is None:
+        raise typer.Exit(1)
 
 
 def register(app: typer.Typer) -> None:
