@@ -90,6 +90,7 @@ def run_sql(src: str, out: str) -> None:
     import duckdb
 
     con = duckdb.connect()
+    con.execute("SET enable_progress_bar_print=false")
     con.execute(f"CREATE VIEW src AS SELECT * FROM read_parquet('{src}')")
     dedup = (
         "SELECT * EXCLUDE (rn) FROM (SELECT *, row_number() OVER () AS rn FROM src) "
@@ -160,7 +161,8 @@ def _child(kind: str, src: str, out: str, home: str) -> dict[str, float]:
         err_f.seek(0)
         if proc.returncode != 0:
             raise SystemExit(f"{kind} failed:\n{err_f.read()[-3000:]}")
-        lines = [json.loads(x) for x in out_f.read().splitlines() if x.startswith("{")]
+        # Progress bars may share a line with the JSON (carriage returns): take from the "{".
+        lines = [json.loads(x[x.index("{"):]) for x in out_f.read().splitlines() if "{" in x]
     result = {k: v for d in lines for k, v in d.items()}
     result["peak_rss_mb"] = usage.ru_maxrss / 1024
     return result
