@@ -78,7 +78,7 @@ def train_command(
     if as_json:
         final = {**final, "result": result}
     else:
-        for key in ("run_id", "model_dir", "registered", "metrics"):
+        for key in ("run_id", "model_dir", "registered_as", "model_version", "metrics"):
             if key in result:
                 sys.stdout.write(f"{key}: {result[key]}\n")
     report_final(final, as_json)

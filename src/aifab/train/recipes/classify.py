@@ -1,0 +1,490 @@
+"""The ``classify`` recipe: a zoo classifier trained on a dataset version's label column.
+
+Models: mlp (tabular), cnn (images), transformer-classifier (text); exact resume from
+checkpoints, data parallelism (DDP/FSDP/DeepSpeed) and MLflow tracking. Read top to bottom:
+validate -> data -> model -> resume -> the loop -> evaluate -> save, log, register.
+``python -m aifab.train.recipes.classify config.yaml [key=value ...]`` runs it.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import sys
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
+
+from pydantic import ConfigDict, Field
+
+from aifab.core.config import StrictConfig, as_config
+from aifab.core.errors import InvalidInputError
+from aifab.train.trial import ENV_STORAGE
+
+if TYPE_CHECKING:
+    import numpy as np
+    import torch
+
+    from aifab.train.classification import ClassifyData
+    from aifab.train.distributed import DistInfo
+    from aifab.train.loop import EarlyStopping
+
+
+class OptimConfig(StrictConfig):
+    """AdamW with linear warmup then cosine decay."""
+
+    lr: float = Field(1e-3, gt=0, description="Peak learning rate.")
+    weight_decay: float = Field(0.01, ge=0, description="AdamW decoupled weight decay.")
+    betas: tuple[float, float] = Field((0.9, 0.999), description="AdamW betas.")
+    warmup_steps: int = Field(0, ge=0, description="Optimizer steps of linear warmup.")
+    min_lr_ratio: float = Field(0.0, ge=0, le=1, description="Final LR as a share of lr.")
+    grad_accum: int = Field(1, ge=1, description="Micro-batches per optimizer step.")
+    clip_norm: float | None = Field(1.0, gt=0, description="Max global grad norm (null: off).")
+
+
+class EarlyStopConfig(StrictConfig):
+    """Stop when the validation metric stops improving."""
+
+    metric: Literal["valid_accuracy", "valid_loss"] = "valid_accuracy"
+    patience: int = Field(5, ge=1, description="Evaluations without improvement before stopping.")
+    min_delta: float = Field(0.0, ge=0, description="Smallest change that counts as better.")
+    restore_best: bool = Field(True, description="End with the best evaluated weights.")
+
+
+class ModelChoice(StrictConfig):
+    """Which zoo model, with config keys that override the ones inferred from the data."""
+
+    name: Literal["auto", "mlp", "cnn", "transformer-classifier"] = Field(
+        "auto",
+        description="auto: mlp for tabular, cnn for images, transformer-classifier for text.",
+    )
+    config: dict[str, Any] = Field(default_factory=dict, description="Zoo config overrides.")
+
+
+class Config(StrictConfig):
+    """Everything the classify recipe reads (shipped YAML files are instances of it)."""
+
+    # ``register`` would shadow BaseModel.register, so the field is ``register_as`` with the
+    # YAML key ``register``; dumps use the alias.
+    model_config = ConfigDict(frozen=True, extra="forbid", populate_by_name=True)
+
+    dataset: str = Field(..., description="Dataset ref (NAME or NAME@VERSION).")
+    label: str = Field("label", description="Label column.")
+    features: list[str] | dict[str, Any] | str | None = Field(
+        None,
+        description="Feature columns; or a feature spec (aifab data features) fitted here; or a "
+        "fitted feature transform (name, digest or artifact path). Default: numeric columns.",
+    )
+    modality: Literal["auto", "tabular", "image", "text"] = Field(
+        "auto", description="auto: text with text_column, image with image_column/shape."
+    )
+    text_column: str | None = Field(None, description="Text column (text classification).")
+    image_column: str | None = Field(None, description="Column of image file paths.")
+    image_shape: tuple[int, int, int] | None = Field(
+        None,
+        description="[channels, height, width] of the model input: pixel columns are reshaped "
+        "to it, image files resized to it (default [3, 32, 32] for files; square only).",
+    )
+    standardize: bool = Field(True, description="Standardize plain feature columns (train stats).")
+    split_column: str = Field("split", description="train/valid/test column, if present.")
+    split_fractions: tuple[float, float, float] = Field(
+        (0.8, 0.1, 0.1), description="Seeded split shares when there is no split column."
+    )
+    vocab_size: int = Field(1000, ge=300, description="Text: BPE vocabulary (trained on train).")
+    max_length: int = Field(64, gt=0, description="Text: tokens per example.")
+    model: ModelChoice = Field(default_factory=ModelChoice)
+    base_model: str | None = Field(None, description="Saved model directory to fine-tune.")
+    epochs: int = Field(10, ge=1, description="Passes over the training rows.")
+    max_steps: int | None = Field(None, ge=1, description="Stop after this many optimizer steps.")
+    batch_size: int = Field(32, ge=1, description="Global batch (split over replicas).")
+    optim: OptimConfig = Field(default_factory=OptimConfig)
+    eval_every: int | None = Field(None, ge=1, description="Steps between evals (default: epoch).")
+    early_stopping: EarlyStopConfig | None = None
+    checkpoint_every: int | None = Field(None, ge=1, description="Steps between checkpoints.")
+    checkpoint_dir: str | None = Field(None, description="Default: $AIFAB_CHECKPOINT_DIR.")
+    keep_checkpoints: int = Field(2, ge=1, description="Checkpoints kept on disk.")
+    seed: int = 0
+    deterministic: bool = Field(False, description="Deterministic kernels, fixed threads.")
+    threads: int | None = Field(None, ge=1, description="Torch threads (deterministic: 1).")
+    bf16: bool | None = Field(
+        None, description="bf16 autocast; default on for GPUs that support it, off on CPU."
+    )
+    device: Literal["auto", "cpu", "cuda"] = "auto"
+    strategy: Literal["ddp", "fsdp", "deepspeed"] = Field("ddp", description="Data parallelism.")
+    deepspeed: dict[str, Any] | None = Field(None, description="DeepSpeed config (ZeRO...).")
+    experiment: str = Field("classify", description="MLflow experiment.")
+    run_name: str | None = None
+    log_every: int = Field(10, ge=1, description="Steps between train-loss points.")
+    system_metrics: bool = Field(True, description="Log CPU/memory/GPU use.")
+    progress: bool = Field(True, description="Progress bar (only on a terminal).")
+    output_dir: str | None = Field(None, description="Model directory (default: artifacts).")
+    register_as: str | None = Field(
+        None, alias="register", description="Register the model under this name."
+    )
+    alias: str | None = Field(None, description="Alias for the registered version.")
+
+    def check_inputs(self) -> None:
+        """Check the dataset and columns before a job starts (see aifab.train.submit)."""
+        from aifab.train.classification import check_inputs
+
+        check_inputs(self)
+
+
+def main(config: Mapping[str, Any] | Config | str | Path) -> dict[str, Any]:
+    """Train a classifier; return ``run_id``, ``metrics``, ``model_dir``, ``model_version``..."""
+    cfg = as_config(Config, config, source="classify config")
+    from aifab.train import distributed, loop
+
+    info = distributed.init_distributed(loop.pick_device(cfg.device).type)
+    try:
+        return _train(cfg, info, loop.pick_device(cfg.device, info.local_rank))
+    finally:
+        distributed.shutdown(info)
+
+
+@dataclass
+class _Parts:
+    """What setup builds and the loop updates."""
+
+    data: ClassifyData
+    model: torch.nn.Module
+    model_name: str
+    model_cfg: Any
+    optimizer: torch.optim.Optimizer
+    scheduler: Any
+    stopper: EarlyStopping
+    total_steps: int
+    engine: Any = None
+    #: The Optuna trial of a sweep (rank 0 only); ``sweep`` is True on every rank of one.
+    reporter: Any = None
+    sweep: bool = False
+    bf16: bool = False
+
+
+@dataclass
+class _Position:
+    """Where training stands; all of it is in each checkpoint."""
+
+    step: int = 0
+    epoch: int = 0
+    batch: int = 0
+    rng: dict[str, Any] = field(default_factory=dict)
+    run_id: str | None = None
+    best: dict[str, Any] | None = None
+    resumed_from: int | None = None
+    stopped: bool = False
+    pruned: bool = False
+
+
+def _train(cfg: Config, info: DistInfo, device: torch.device) -> dict[str, Any]:
+    from aifab.train import distributed
+
+    parts, pos = _setup(cfg, info, device)
+    pos = _resume(cfg, info, parts, pos)
+    run = _open_run(cfg, parts.data, pos.run_id) if info.is_main else None
+    # Every rank records the run id in checkpoints; only rank 0 holds the run.
+    pos.run_id = distributed.broadcast_object(run.id if run else None, info)
+    if run is not None and parts.reporter is not None:
+        parts.reporter.attach_run(run.id)
+    status = "FAILED"
+    try:
+        _loop(cfg, info, device, parts, pos, run)
+        summary = _finish(cfg, info, device, parts, pos, run)
+        status = "FINISHED"
+        return summary
+    finally:
+        if run is not None:
+            run.end(status)
+
+
+def _setup(cfg: Config, info: DistInfo, device: torch.device) -> tuple[_Parts, _Position]:
+    """Determinism, data, model, optimizer, schedule, early stopping."""
+    import torch
+
+    from aifab.train import checkpointing, distributed, loop
+    from aifab.train.classification import build_model, load_data
+
+    loop.set_deterministic(cfg.deterministic, cfg.threads)
+    loop.seed_everything(cfg.seed)
+    # Rank 0 prepares first (it may commit a features dataset); the others then find it.
+    if not info.is_main:
+        distributed.barrier(info)
+    data = load_data(cfg)
+    if info.is_main:
+        distributed.barrier(info)
+    module, name, model_cfg = build_model(cfg, data)
+    # The loop starts from this RNG state, whatever the rest of setup consumes.
+    pos = _Position(rng=checkpointing.rng_state())
+    model = distributed.wrap_model(module, info, device, cfg.strategy)
+    o = cfg.optim
+    optimizer = torch.optim.AdamW(
+        model.parameters(), lr=o.lr, weight_decay=o.weight_decay, betas=o.betas
+    )
+    batches = math.ceil(len(data.index["train"]) / cfg.batch_size)
+    total = min(cfg.max_steps or 1 << 62, cfg.epochs * math.ceil(batches / o.grad_accum))
+    scheduler = loop.warmup_cosine(
+        optimizer, warmup_steps=o.warmup_steps, total_steps=total, min_lr_ratio=o.min_lr_ratio
+    )
+    engine = None
+    if cfg.strategy == "deepspeed" and info.enabled:
+        engine, optimizer = distributed.deepspeed_initialize(model, optimizer, cfg.deepspeed or {})
+    es = cfg.early_stopping
+    stopper = loop.EarlyStopping(
+        "min" if es and es.metric == "valid_loss" else "max",
+        es.patience if es else 1 << 30,
+        es.min_delta if es else 0.0,
+    )
+    parts = _Parts(data, model, name, model_cfg, optimizer, scheduler, stopper, total, engine)
+    parts.sweep = bool(os.environ.get(ENV_STORAGE))
+    parts.bf16 = cfg.bf16 if cfg.bf16 is not None else device.type == "cuda"
+    if parts.sweep and info.is_main:
+        from aifab.train.trial import trial_reporter
+
+        parts.reporter = trial_reporter()
+    return parts, pos
+
+
+def _resume(cfg: Config, info: DistInfo, parts: _Parts, pos: _Position) -> _Position:
+    """Continue from the newest checkpoint, if any (rank 0 picks it; every rank loads it)."""
+    from aifab.train import checkpointing, distributed
+
+    ckpt_dir = checkpointing.checkpoint_dir(cfg.checkpoint_dir)
+    latest = distributed.broadcast_object(checkpointing.latest_checkpoint(ckpt_dir), info)
+    if latest is None:
+        return pos
+    ck = checkpointing.load_checkpoint(latest, restore_rng=False)
+    distributed.load_model_state(parts.model, ck["model"])
+    distributed.load_optimizer_state(parts.model, parts.optimizer, ck["optimizer"])
+    parts.scheduler.load_state_dict(ck["scheduler"])
+    parts.stopper.load_state_dict(ck["extra"]["early_stopping"])
+    return _Position(
+        step=ck["step"],
+        epoch=ck["position"]["epoch"],
+        batch=ck["position"]["batch"],
+        rng=ck["rng"],
+        run_id=ck["extra"].get("run_id"),
+        best=ck["extra"].get("best_model"),
+        resumed_from=ck["step"],
+        stopped=bool(ck["extra"].get("stopped", False)),
+    )
+
+
+def _loop(
+    cfg: Config, info: DistInfo, device: torch.device, parts: _Parts, pos: _Position, run: Any
+) -> None:
+    """The training loop: micro-batches, accumulation, optimizer steps, log, eval, checkpoint."""
+    import torch
+
+    from aifab.train import checkpointing, loop
+
+    accum, ckpt_dir = cfg.optim.grad_accum, checkpointing.checkpoint_dir(cfg.checkpoint_dir)
+    window_loss = torch.zeros(2, dtype=torch.float64)  # (loss sum, examples) since last log
+    checkpointing.set_rng_state(pos.rng)
+    show = cfg.progress and info.is_main
+    with loop.Progress(parts.total_steps, start_step=pos.step, enabled=show) as bar:
+        while pos.step < parts.total_steps and not pos.stopped:
+            batches = parts.data.epoch_batches(cfg.batch_size, seed=cfg.seed, epoch=pos.epoch)
+            for b in range(pos.batch, len(batches)):
+                update = loop.is_update_step(b, accum, len(batches))
+                window = min(accum, len(batches) - (b - b % accum))
+                window_loss += _micro_step(cfg, info, device, parts, batches[b], window, update)
+                if not update:
+                    continue
+                grad_norm = _optimizer_step(cfg, parts)
+                last = b + 1 == len(batches)
+                pos.step += 1
+                pos.epoch, pos.batch = (pos.epoch + 1, 0) if last else (pos.epoch, b + 1)
+                if pos.step % cfg.log_every == 0 or pos.step == parts.total_steps:
+                    loss = _log_train(info, parts, pos, run, window_loss, grad_norm)
+                    window_loss = torch.zeros(2, dtype=torch.float64)
+                    bar.update(pos.step, loss, cfg.batch_size * cfg.log_every)
+                if (pos.step % cfg.eval_every == 0) if cfg.eval_every else last:
+                    _evaluate(cfg, info, device, parts, pos, run)
+                every = cfg.checkpoint_every
+                done = pos.step >= parts.total_steps or pos.stopped
+                if ckpt_dir is not None and every and (pos.step % every == 0 or done):
+                    _save_checkpoint(cfg, ckpt_dir, info, parts, pos)
+                if done:
+                    return
+
+
+def _micro_step(
+    cfg: Config,
+    info: DistInfo,
+    device: torch.device,
+    parts: _Parts,
+    global_batch: np.ndarray,
+    window: int,
+    update: bool,
+) -> torch.Tensor:
+    """Forward and backward this rank's shard; return ``(loss sum, examples)``."""
+    import torch
+
+    from aifab.train import distributed, loop
+
+    parts.model.train()
+    rows = distributed.shard(global_batch, info)
+    with distributed.maybe_no_sync(parts.model, update), loop.autocast(device, parts.bf16):
+        logits = parts.data.forward(parts.model, rows, device)
+        loss_sum = torch.nn.functional.cross_entropy(
+            logits.float(), parts.data.targets(rows, device), reduction="sum"
+        )
+        # Replicas average gradients, so scale each shard's sum to give the global mean.
+        loss = loss_sum * (info.world_size / (len(global_batch) * window))
+        if parts.engine is not None:
+            parts.engine.backward(loss)
+        else:
+            loss.backward()
+    return torch.tensor([float(loss_sum.detach()), len(rows)], dtype=torch.float64)
+
+
+def _optimizer_step(cfg: Config, parts: _Parts) -> float:
+    """Clip, step, schedule, zero; return the gradient norm before clipping."""
+    from aifab.train import loop
+
+    if parts.engine is not None:  # DeepSpeed clips and steps itself
+        parts.engine.step()
+        grad_norm = float("nan")
+    else:
+        grad_norm = loop.clip_gradients(parts.model.parameters(), cfg.optim.clip_norm)
+        parts.optimizer.step()
+        parts.optimizer.zero_grad(set_to_none=True)
+    parts.scheduler.step()
+    return grad_norm
+
+
+def _log_train(
+    info: DistInfo, parts: _Parts, pos: _Position, run: Any, window: torch.Tensor, norm: float
+) -> float:
+    """Log the mean train loss over all replicas since the last log; return it."""
+    from aifab.train import distributed
+
+    total = distributed.all_reduce_sum(window, info)
+    loss = float(total[0] / max(1.0, float(total[1])))
+    if run is not None:
+        lr = float(parts.scheduler.get_last_lr()[0])
+        run.log_metrics({"train_loss": loss, "lr": lr, "grad_norm": norm}, pos.step)
+    return loss
+
+
+def _evaluate(
+    cfg: Config, info: DistInfo, device: torch.device, parts: _Parts, pos: _Position, run: Any
+) -> None:
+    """Validation metrics; early stopping, the best weights and sweep pruning follow them."""
+    from aifab.train import distributed
+
+    metrics = parts.data.evaluate(parts.model, "valid", device)  # every replica: same numbers
+    if run is not None and metrics:
+        run.log_metrics({**metrics, "epoch": pos.epoch}, pos.step)
+    if parts.sweep and metrics:
+        prune = parts.reporter.report_metrics(metrics, pos.step) if parts.reporter else False
+        pos.pruned = bool(distributed.broadcast_object(prune, info))
+        pos.stopped = pos.stopped or pos.pruned
+    es = cfg.early_stopping
+    if not metrics or es is None:
+        return
+    if parts.stopper.update(metrics[es.metric], pos.step) and es.restore_best:
+        pos.best = distributed.model_state(parts.model)
+    pos.stopped = pos.stopped or parts.stopper.should_stop
+
+
+def _save_checkpoint(
+    cfg: Config, directory: Path, info: DistInfo, parts: _Parts, pos: _Position
+) -> None:
+    """Gather the full state (a collective under FSDP) and let rank 0 write it."""
+    from aifab.train import checkpointing, distributed
+
+    model_sd = distributed.model_state(parts.model)
+    optim_sd = distributed.optimizer_state(parts.model, parts.optimizer)
+    if info.is_main:
+        checkpointing.save_checkpoint(
+            directory,
+            step=pos.step,
+            model=model_sd,
+            optimizer=optim_sd,
+            scheduler=parts.scheduler.state_dict(),
+            position={"epoch": pos.epoch, "batch": pos.batch},
+            extra={
+                "run_id": pos.run_id,
+                "best_model": pos.best,
+                "early_stopping": parts.stopper.state_dict(),
+                "stopped": pos.stopped,
+            },
+            keep=cfg.keep_checkpoints,
+        )
+    distributed.barrier(info)
+
+
+def _finish(
+    cfg: Config, info: DistInfo, device: torch.device, parts: _Parts, pos: _Position, run: Any
+) -> dict[str, Any]:
+    """Final metrics on the (best) weights; rank 0 saves, logs and registers."""
+    from aifab.train import distributed
+
+    if pos.best is not None:
+        distributed.load_model_state(parts.model, pos.best)
+    data = parts.data
+    metrics = {
+        **data.evaluate(parts.model, "valid", device),
+        **data.evaluate(parts.model, "test", device),
+        "steps": float(pos.step),
+    }
+    if cfg.early_stopping is not None:
+        metrics["best_step"] = float(parts.stopper.best_step)
+    summary: dict[str, Any] = {
+        "run_id": pos.run_id,
+        "metrics": metrics,
+        "steps": pos.step,
+        "stopped_early": pos.stopped and not pos.pruned,
+        "pruned": pos.pruned,
+        "resumed_from": pos.resumed_from,
+        "classes": data.classes,
+        "model": parts.model_name,
+        "model_dir": None,
+        "model_version": None,
+    }
+    state = distributed.model_state(parts.model)  # a collective under FSDP: every rank calls it
+    if run is not None:
+        from aifab.train.classification import finish_run
+
+        model = (parts.model_name, parts.model_cfg)
+        summary.update(finish_run(cfg, run, data, state, model, metrics))
+        if pos.pruned:
+            run.set_tags({"aifab.pruned": "true"})
+        if parts.reporter is not None:
+            parts.reporter.finish(metrics)
+    return summary
+
+
+def _open_run(cfg: Config, data: ClassifyData, run_id: str | None) -> Any:
+    """Start the MLflow run, or continue the one a checkpoint names."""
+    from aifab.track.tracking import resume_run, start_run
+    from aifab.train.classification import job_tags
+
+    if run_id is not None:
+        return resume_run(run_id, system_metrics=cfg.system_metrics)
+    return start_run(
+        cfg.experiment,
+        run_name=cfg.run_name,
+        params={"recipe": "classify", **cfg.model_dump(mode="json", by_alias=True)},
+        tags={"aifab.recipe": "classify", **job_tags()},
+        datasets=data.dataset_inputs,
+        system_metrics=cfg.system_metrics,
+    )
+
+
+if __name__ == "__main__":
+    # Run through the importable module: its Config is the class load_recipe_config returns.
+    from aifab.train.recipes import classify
+    from aifab.train.submit import load_recipe_config
+
+    if len(sys.argv) < 2:
+        raise SystemExit("usage: python -m aifab.train.recipes.classify CONFIG [key=value ...]")
+    try:
+        config = load_recipe_config("classify", sys.argv[1], sys.argv[2:])
+        summary = classify.main(config.model_dump(by_alias=True))
+        print(json.dumps(summary, default=str))
+    except InvalidInputError as exc:
+        raise SystemExit(f"error: {exc.message}") from None
