@@ -34,10 +34,12 @@ def test_shipped_files_are_valid_and_small() -> None:
         "label",
         "split",
         "features",
+        "train",
+        "register",
     ]
     data = QUICKSTART / "data" / "customers.csv"
     assert data.stat().st_size < 300_000
-    for name in ("clean.yaml", "expectations.yaml", "labeling.yaml", "features.yaml"):
+    for name in ("clean.yaml", "expectations.yaml", "labeling.yaml", "features.yaml", "train.yaml"):
         assert isinstance(yaml.safe_load((QUICKSTART / name).read_text()), dict)
 
 
@@ -66,7 +68,7 @@ def test_quickstart_runs_end_to_end_then_skips(cli: Any) -> None:
     assert r.exit_code == 0, r.stderr
     run = json.loads(r.stdout)
     assert run["status"] == "succeeded"
-    assert [s["status"] for s in run["steps"]] == ["succeeded"] * 6
+    assert [s["status"] for s in run["steps"]] == ["succeeded"] * 8
 
     raw, clean, valid = (
         resolve(n) for n in ("customers_raw", "customers_clean", "customers_valid")
@@ -103,12 +105,22 @@ def test_quickstart_runs_end_to_end_then_skips(cli: Any) -> None:
         (s, lab) for s in ("train", "valid", "test") for lab in ("churn", "stay")
     }
     assert "ticket_tfidf" in features.columns and "plan__basic" in features.columns
-    artifact = Path(run["steps"][-1]["outputs"]["artifacts"][0])
+    artifact = Path(run["steps"][5]["outputs"]["artifacts"][0])
     assert artifact.is_file() and json.loads(artifact.read_text())
+
+    trained = run["steps"][6]["outputs"]["details"]
+    assert trained["metrics"]["test_accuracy"] > 0.7  # a learnable churn label
+    from aifab.train.lineage import model_lineage
+
+    lineage = model_lineage("churn@champion")
+    assert lineage["run"]["id"] == trained["run_id"]
+    assert [d["ref"] for d in lineage["datasets"]] == [split.ref]
+    ancestry = {n["ref"] for n in lineage["datasets"][0]["lineage"]["nodes"]}
+    assert {"customers_raw@1", "customers_clean@1", split.ref} <= ancestry
 
     r = cli("demo")  # same pipeline file: nothing changed, so every step is skipped
     assert r.exit_code == 0, r.stderr
-    assert r.stdout.count("skipped") == 6
+    assert r.stdout.count("skipped") == 8
     assert f"customers_features@1 ({features.num_rows} rows)" in r.stdout
     assert "quarantined rows" in r.stdout and "csv.missing_columns" in r.stdout
     assert str(artifact) in r.stdout

@@ -1,6 +1,6 @@
-"""``aifab models``: the model registry (list, show, versions, promote an alias).
+"""``aifab models``: the model registry (list, show, versions, promote an alias, lineage).
 
-Other modules add commands to :data:`models_app` (lineage, zoo).
+The model zoo module adds ``zoo`` to :data:`models_app`.
 """
 
 from __future__ import annotations
@@ -73,6 +73,48 @@ def promote_command(
         return
     was = f" (was version {result['previous']})" if result["previous"] else ""
     emit(f"{name}@{alias} -> version {result['version']}{was}", False)
+
+
+@models_app.command("lineage")
+def lineage_command(
+    ref: str = typer.Argument(..., help="NAME, NAME@VERSION or NAME@ALIAS."),
+    as_json: bool = typer.Option(False, "--json", help=JSON_HELP),
+) -> None:
+    """Walk back from a model version: its run, the dataset versions it read, their lineage."""
+    from aifab.train.lineage import model_lineage
+
+    graph = model_lineage(ref)
+    if as_json:
+        emit(graph, True)
+        return
+    model, run = graph["model"], graph["run"] or {}
+    emit(
+        {
+            "model": f"{model['name']}@{model['version']}",
+            "aliases": model.get("aliases"),
+            "run": run.get("id"),
+            "experiment": run.get("experiment"),
+            "metrics": run.get("metrics"),
+        },
+        False,
+        title=f"lineage of {ref}",
+    )
+    for ds in graph["datasets"]:
+        nodes = (ds.get("lineage") or {}).get("nodes", [])
+        emit(
+            [
+                {
+                    "ref": n["ref"],
+                    "transform": n["transform"],
+                    "rows": n["rows"],
+                    "source": n["source"],
+                }
+                for n in nodes
+            ],
+            False,
+            ["ref", "transform", "rows", "source"],
+            title=f"{ds['context']} data {ds['ref']} and its ancestry",
+        )
 
 
 def register(app: typer.Typer) -> None:

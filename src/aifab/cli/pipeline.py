@@ -21,6 +21,8 @@ _NEXT_COMMANDS = [
     "aifab data lineage {features}",
     "aifab data quarantine {quarantined}",
     "aifab data head {features}",
+    "aifab models lineage churn@champion",
+    "aifab runs list",
     "aifab run {pipeline} --force",
 ]
 
@@ -87,7 +89,16 @@ def _exit_on_failure(result: RunResult) -> None:
 
 
 def _outputs_text(outputs: dict[str, Any]) -> str:
-    return ", ".join(f"{d['ref']} ({d['rows']} rows)" for d in outputs.get("datasets", []))
+    parts = [f"{d['ref']} ({d['rows']} rows)" for d in outputs.get("datasets", [])]
+    details = outputs.get("details", {})
+    if "model" in details:  # a register step
+        alias = f" ({details['alias']})" if details.get("alias") else ""
+        parts.append(f"model {details['model']}{alias}")
+    elif "run_id" in details:  # a train step
+        metrics = details.get("metrics") or {}
+        shown = ", ".join(f"{k}={v:.3g}" for k, v in metrics.items() if k.startswith("test_"))
+        parts.append(f"run {details['run_id'][:12]}" + (f" ({shown})" if shown else ""))
+    return ", ".join(parts)
 
 
 def _show_run(result: RunResult, title: str) -> None:
