@@ -162,7 +162,7 @@ def _child(kind: str, src: str, out: str, home: str) -> dict[str, float]:
         if proc.returncode != 0:
             raise SystemExit(f"{kind} failed:\n{err_f.read()[-3000:]}")
         # Progress bars may share a line with the JSON (carriage returns): take from the "{".
-        lines = [json.loads(x[x.index("{"):]) for x in out_f.read().splitlines() if "{" in x]
+        lines = [json.loads(x[x.index("{") :]) for x in out_f.read().splitlines() if "{" in x]
     result = {k: v for d in lines for k, v in d.items()}
     result["peak_rss_mb"] = usage.ru_maxrss / 1024
     return result

@@ -119,7 +119,10 @@ def test_submit_options_override_the_file(cli: Cli, tmp_path: Path) -> None:
     ("body", "expected"),
     [
         ("name: t\nrun: {command: 'true'}\nresources: {cpus: 2}\n", "resources.cpus: unknown key"),
-        ("name: t\nrun: {recipe: fly}\n", "run.recipe: unknown recipe 'fly' (known: classify, custom, kge, lm, lora, noop, sleep)"),
+        (
+            "name: t\nrun: {recipe: fly}\n",
+            "run.recipe: unknown recipe 'fly' (known: classify, custom, kge, lm, lora, noop, sleep)",
+        ),
         (
             "name: t\nrun: {command: 'true'}\nreplicas: 3\nresources: {cpu: 2}\n",
             "this machine has cpu 4, memory 4096 MiB, gpu 0: cpu 6 > 4",

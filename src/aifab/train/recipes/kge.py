@@ -1,0 +1,309 @@
+"""The ``kge`` recipe: knowledge-graph embeddings (zoo ``rotate`` or ``transe``) on triples.
+
+The dataset has head, relation, tail (and split) columns; training uses negative sampling and
+Adam; evaluation is filtered MRR and Hits@1/3/10 on the test split. RotatE uses the
+self-adversarial negative-sampling loss of its paper, TransE the margin ranking loss.
+
+Read top to bottom: validate -> data -> model -> resume -> the loop -> evaluate -> save, log,
+register. ``python -m aifab.train.recipes.kge config.yaml [key=value ...]`` runs it.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
+
+from pydantic import ConfigDict, Field
+
+from aifab.core.config import StrictConfig, as_config
+from aifab.core.errors import InvalidInputError
+from aifab.train.lifecycle import (
+    TrainState,
+    lineage_meta,
+    open_run,
+    output_dir,
+    publish,
+    resolve_dataset,
+)
+
+if TYPE_CHECKING:
+    import torch
+
+    from aifab.data.catalog import VersionInfo
+
+VOCAB_FILE = "vocab.json"
+
+
+class KGEModelChoice(StrictConfig):
+    """Which zoo embedding model, with config overrides (dim, gamma, margin, ...)."""
+
+    name: Literal["rotate", "transe"] = Field("rotate", description="rotate or transe.")
+    config: dict[str, Any] = Field(
+        default_factory=dict,
+        description="Zoo config overrides; entity and relation counts come from the data.",
+    )
+
+
+class Config(StrictConfig):
+    """Everything the kge recipe reads (shipped YAML files are instances of it)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", populate_by_name=True)
+
+    dataset: str = Field(..., description="Dataset ref of triples (NAME or NAME@VERSION).")
+    head_column: str = Field("head", description="Head entity column.")
+    relation_column: str = Field("relation", description="Relation column.")
+    tail_column: str = Field("tail", description="Tail entity column.")
+    split_column: str = Field("split", description="train/valid/test column (else 80/10/10).")
+    model: KGEModelChoice = Field(default_factory=KGEModelChoice)
+    epochs: int = Field(100, ge=1, description="Passes over the training triples.")
+    batch_size: int = Field(256, ge=1, description="Positive triples per step.")
+    negatives: int = Field(16, ge=1, description="Corrupted triples per positive.")
+    lr: float = Field(0.02, gt=0, description="Adam learning rate (cosine-decayed to 10%).")
+    eval_every: int | None = Field(
+        None, ge=1, description="Epochs between validation MRR evaluations (default: 10 evals)."
+    )
+    checkpoint_every: int | None = Field(None, ge=1, description="Epochs between checkpoints.")
+    checkpoint_dir: str | None = Field(None, description="Default: $AIFAB_CHECKPOINT_DIR.")
+    keep_checkpoints: int = Field(2, ge=1, description="Checkpoints kept on disk.")
+    seed: int = 0
+    deterministic: bool = Field(False, description="Deterministic kernels, fixed threads.")
+    threads: int | None = Field(None, ge=1, description="Torch threads (deterministic: 1).")
+    device: Literal["auto", "cpu", "cuda"] = "auto"
+    experiment: str = Field("kge", description="MLflow experiment.")
+    run_name: str | None = None
+    system_metrics: bool = Field(True, description="Log CPU/memory/GPU use.")
+    progress: bool = Field(True, description="Progress bar (only on a terminal).")
+    output_dir: str | None = Field(None, description="Model directory (default: artifacts).")
+    register_as: str | None = Field(
+        None, alias="register", description="Register the model under this name."
+    )
+    alias: str | None = Field(None, description="Alias for the registered version.")
+
+    def check_inputs(self) -> None:
+        """Check the dataset and its triple columns before a job starts."""
+        version = resolve_dataset(self.dataset)
+        for key in ("head_column", "relation_column", "tail_column"):
+            column = getattr(self, key)
+            if column not in version.columns:
+                raise InvalidInputError(
+                    f"{key}: dataset {version.ref} has no column {column!r} "
+                    f"(columns: {', '.join(version.columns)})"
+                )
+
+
+@dataclass(frozen=True)
+class Triples:
+    """Triple ids per split, every known true triple (for filtering), and the vocabularies."""
+
+    splits: dict[str, torch.Tensor]
+    all_true: torch.Tensor
+    entities: list[str]
+    relations: list[str]
+
+
+def load_triples(cfg: Config, version: VersionInfo) -> Triples:
+    """Read the triples, map labels to ids (over all splits) and split them.
+
+    Raises:
+        InvalidInputError: a NULL head/relation/tail (row named), a bad split value, or no
+            training or test triples.
+    """
+    import numpy as np
+    import torch
+
+    from aifab.train import datasets
+
+    columns = [cfg.head_column, cfg.relation_column, cfg.tail_column]
+    has_split = cfg.split_column in version.columns
+    table = datasets.read_table(version, columns + ([cfg.split_column] if has_split else []))
+    for name in columns:
+        col = table.column(name)
+        if col.null_count:
+            row = int(np.flatnonzero(np.asarray(col.is_null()))[0])
+            raise InvalidInputError(f"dataset {version.ref}: column {name!r} is NULL in row {row}")
+    ids, entities, relations = datasets.triples(table, *columns)
+    splits = table.column(cfg.split_column).to_pylist() if has_split else None
+    index = datasets.split_indices(splits, len(ids), seed=cfg.seed)
+    if len(index["test"]) == 0:
+        raise InvalidInputError(f"dataset {version.ref}: no 'test' triples to evaluate on")
+    all_ids = torch.from_numpy(ids)
+    by_split = {name: all_ids[torch.from_numpy(rows)] for name, rows in index.items() if len(rows)}
+    return Triples(by_split, all_ids, entities, relations)
+
+
+def main(config: Mapping[str, Any] | Config | str | Path) -> dict[str, Any]:
+    """Train KG embeddings; return ``run_id``, ``metrics``, ``model_dir``, ``model_version``..."""
+    cfg = as_config(Config, config, source="kge config")
+    from aifab.models.zoo import model_config
+    from aifab.train import checkpointing, loop
+    from aifab.train.datasets import dataset_input
+
+    loop.set_deterministic(cfg.deterministic, cfg.threads)
+    loop.seed_everything(cfg.seed)
+    device = loop.pick_device(cfg.device)
+    cfg.check_inputs()
+    version = resolve_dataset(cfg.dataset)
+    data = load_triples(cfg, version)
+    counts = {"num_entities": len(data.entities), "num_relations": len(data.relations)}
+    model_cfg = model_config(cfg.model.name, {**cfg.model.config, **counts})
+    state = _setup(cfg, model_cfg, device, len(data.splits["train"]))
+    latest = checkpointing.latest_checkpoint(checkpointing.checkpoint_dir(cfg.checkpoint_dir))
+    if latest is not None:
+        state.load(latest)
+    run = open_run("kge", cfg, [dataset_input(version)], state.run_id)
+    state.run_id = run.id
+    status = "FAILED"
+    try:
+        seconds = _train(cfg, state, data, device, run)
+        metrics = {**evaluate(state.model, data, "valid"), **evaluate(state.model, data, "test")}
+        metrics.update(epochs=float(state.step), train_time_s=seconds, **counts)
+        run.log_metrics(metrics, state.step)
+        out = _save(cfg, state, model_cfg, data, version, metrics)
+        model_version = publish(run, out, recipe="kge", cfg=cfg, dataset_ref=version.ref)
+        status = "FINISHED"
+        return {
+            "run_id": run.id,
+            "metrics": metrics,
+            "epochs": state.step,
+            "resumed_from": state.resumed_from,
+            "model_dir": str(out),
+            "model_version": model_version,
+            "registered_as": cfg.register_as,
+        }
+    finally:
+        run.end(status)
+
+
+def _setup(cfg: Config, model_cfg: Any, device: torch.device, n_train: int) -> TrainState:
+    """Model, Adam and a cosine schedule stepped per batch; ``TrainState.step`` counts epochs."""
+    import torch
+
+    from aifab.models.zoo import build_model
+    from aifab.train import loop
+
+    model = build_model(cfg.model.name, model_cfg).to(device)
+    optimizer = torch.optim.Adam(model.parameters(), lr=cfg.lr)
+    per_epoch = -(-n_train // cfg.batch_size)
+    scheduler = loop.warmup_cosine(
+        optimizer, warmup_steps=0, total_steps=cfg.epochs * per_epoch, min_lr_ratio=0.1
+    )
+    return TrainState(model, optimizer, scheduler)
+
+
+def _train(cfg: Config, state: TrainState, data: Triples, device: torch.device, run: Any) -> float:
+    """Epochs of negative-sampling steps, with validation MRR and checkpoints between epochs.
+
+    Returns:
+        Seconds spent in training epochs (evaluation and checkpoints excluded).
+    """
+    from aifab.train import checkpointing, loop
+
+    ckpt_dir = checkpointing.checkpoint_dir(cfg.checkpoint_dir)
+    eval_every = cfg.eval_every or max(1, cfg.epochs // 10)
+    train, busy = data.splits["train"], 0.0
+    with loop.Progress(cfg.epochs, start_step=state.step, enabled=cfg.progress) as bar:
+        while state.step < cfg.epochs:
+            t0 = time.perf_counter()
+            loss = _epoch(cfg, state, train, len(data.entities), device)
+            busy += time.perf_counter() - t0
+            state.step += 1
+            epoch = state.step
+            bar.update(epoch, loss, len(train))
+            run.log_metrics({"train_loss": loss, "lr": state.scheduler.get_last_lr()[0]}, epoch)
+            if epoch % eval_every == 0 and epoch < cfg.epochs and "valid" in data.splits:
+                run.log_metrics(evaluate(state.model, data, "valid"), epoch)
+            if (
+                ckpt_dir
+                and cfg.checkpoint_every
+                and (epoch % cfg.checkpoint_every == 0 or epoch == cfg.epochs)
+            ):
+                state.save(ckpt_dir, keep=cfg.keep_checkpoints, micro_batches=0)
+    return busy
+
+
+def _epoch(
+    cfg: Config, state: TrainState, train: torch.Tensor, num_entities: int, device: torch.device
+) -> float:
+    """One pass over the training triples; returns the mean loss.
+
+    Batch order and negatives are drawn from generators seeded by (seed, epoch), so an epoch
+    is the same whether or not the run was resumed before it.
+    """
+    import torch
+
+    from aifab.models.kge import corrupt_triples
+    from aifab.train.datasets import epoch_batches
+
+    epoch = state.step
+    gen = torch.Generator().manual_seed(cfg.seed * 1_000_003 + epoch)
+    model: Any = state.model
+    model.train()
+    total = 0.0
+    batches = epoch_batches(len(train), cfg.batch_size, seed=cfg.seed, epoch=epoch)
+    for rows in batches:
+        positive = train[torch.from_numpy(rows)]
+        negative = corrupt_triples(positive, num_entities, cfg.negatives, generator=gen)
+        loss = model.loss(model(positive.to(device)), model(negative.to(device)))
+        state.optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        state.optimizer.step()
+        state.scheduler.step()
+        total += float(loss.detach())
+    return total / len(batches)
+
+
+def evaluate(model: torch.nn.Module, data: Triples, split: str) -> dict[str, float]:
+    """Filtered MRR and Hits@1/3/10 (head and tail prediction) on ``split`` ({} if empty)."""
+    from aifab.train.kge_eval import evaluate_link_prediction
+
+    if split not in data.splits:
+        return {}
+    scorer: Any = model
+    was_training = model.training
+    model.eval()
+    device = next(model.parameters()).device
+    test, everything = data.splits[split].to(device), data.all_true.to(device)
+    metrics = evaluate_link_prediction(
+        scorer.score, test, everything, len(data.entities), prefix=f"{split}_"
+    )
+    model.train(was_training)
+    return metrics
+
+
+def _save(
+    cfg: Config,
+    state: TrainState,
+    model_cfg: Any,
+    data: Triples,
+    version: VersionInfo,
+    metrics: dict[str, float],
+) -> Path:
+    """Write the model directory (weights + sidecar) and ``vocab.json`` (id -> label)."""
+    from aifab.core.atomic import atomic_write_text
+    from aifab.models.checkpoint import save_model
+
+    out = output_dir(cfg.output_dir, "kge", state.run_id)
+    meta = lineage_meta("kge", state.run_id, version, metrics)
+    meta["vocab"] = VOCAB_FILE
+    model = state.model.to("cpu")
+    save_model(out, model, builder=cfg.model.name, config=model_cfg, meta=meta)
+    vocab = {"entities": data.entities, "relations": data.relations}
+    atomic_write_text(out / VOCAB_FILE, json.dumps(vocab, indent=1) + "\n")
+    return out
+
+
+if __name__ == "__main__":
+    from aifab.train.submit import load_recipe_config
+
+    if len(sys.argv) < 2:
+        raise SystemExit("usage: python -m aifab.train.recipes.kge CONFIG [key=value ...]")
+    try:
+        config = load_recipe_config("kge", sys.argv[1], sys.argv[2:])
+        print(main(config.model_dump(mode="json", by_alias=True)))
+    except InvalidInputError as exc:
+        raise SystemExit(f"error: {exc.message}") from None

@@ -1,0 +1,383 @@
+"""The ``lora`` recipe: supervised fine-tuning of a causal LM with PEFT LoRA adapters.
+
+Instruction/chat rows are formatted with the tokenizer's chat template, with the loss on the
+assistant's replies only. Saves the adapter (PEFT format + sidecar), optionally the merged model.
+
+Read top to bottom: validate -> base model -> data -> adapters -> resume -> the loop -> evaluate
+-> save, log, register. ``python -m aifab.train.recipes.lora config.yaml [key=value ...]``.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
+
+from pydantic import ConfigDict, Field
+
+from aifab.core.config import StrictConfig, as_config
+from aifab.core.errors import InvalidInputError
+from aifab.train.lifecycle import (
+    TrainState,
+    lineage_meta,
+    model_directory,
+    open_run,
+    optimizer_step,
+    output_dir,
+    publish,
+    resolve_dataset,
+)
+from aifab.train.recipes.classify import OptimConfig
+
+if TYPE_CHECKING:
+    import torch
+
+    from aifab.data.catalog import VersionInfo
+    from aifab.train.text_data import ChatExample
+
+ADAPTER_SIDECAR = "aifab-adapter.json"
+
+
+class LoraSettings(StrictConfig):
+    """The low-rank adapters: which projections get them, their rank, scale and dropout."""
+
+    r: int = Field(8, ge=1, description="Adapter rank.")
+    alpha: int = Field(16, gt=0, description="Scale numerator: updates are scaled alpha/r.")
+    dropout: float = Field(0.05, ge=0, lt=1, description="Dropout on the adapter input.")
+    target_modules: list[str] = Field(
+        default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj"],
+        min_length=1,
+        description="Module names to adapt (Llama attention projections by default).",
+    )
+
+
+def _default_optim() -> OptimConfig:
+    return OptimConfig(lr=2e-3, weight_decay=0.0, warmup_steps=5)
+
+
+class Config(StrictConfig):
+    """Everything the lora recipe reads (shipped YAML files are instances of it)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", populate_by_name=True)
+
+    dataset: str = Field(
+        ...,
+        description="Dataset ref with 'messages', or 'instruction' (+ 'input') and 'output', "
+        "or 'prompt' and 'response' columns.",
+    )
+    base: str = Field(
+        ..., description="Base model: a model directory, or a registered model NAME[@VERSION]."
+    )
+    split_column: str = Field("split", description="train/valid/test column (else 80/10/10).")
+    lora: LoraSettings = Field(default_factory=LoraSettings)
+    max_length: int = Field(256, ge=8, description="Tokens per example (longer ones truncated).")
+    batch_size: int = Field(8, ge=1, description="Examples per micro-batch.")
+    epochs: int = Field(3, ge=1, description="Passes over the training examples.")
+    max_steps: int | None = Field(None, ge=1, description="Stop after this many steps.")
+    optim: OptimConfig = Field(default_factory=_default_optim)
+    eval_every: int | None = Field(None, ge=1, description="Steps between evals (default: epoch).")
+    merge: bool = Field(False, description="Also save the base with the adapters merged in.")
+    checkpoint_every: int | None = Field(None, ge=1, description="Steps between checkpoints.")
+    checkpoint_dir: str | None = Field(None, description="Default: $AIFAB_CHECKPOINT_DIR.")
+    keep_checkpoints: int = Field(2, ge=1, description="Checkpoints kept on disk.")
+    seed: int = 0
+    deterministic: bool = Field(False, description="Deterministic kernels, fixed threads.")
+    threads: int | None = Field(None, ge=1, description="Torch threads (deterministic: 1).")
+    bf16: bool = Field(False, description="bf16 autocast (CPU and Ampere+ GPUs).")
+    device: Literal["auto", "cpu", "cuda"] = "auto"
+    experiment: str = Field("lora", description="MLflow experiment.")
+    run_name: str | None = None
+    log_every: int = Field(10, ge=1, description="Steps between train-loss points.")
+    system_metrics: bool = Field(True, description="Log CPU/memory/GPU use.")
+    progress: bool = Field(True, description="Progress bar (only on a terminal).")
+    output_dir: str | None = Field(None, description="Adapter directory (default: artifacts).")
+    register_as: str | None = Field(
+        None,
+        alias="register",
+        description="Register under this name: the merged model with merge, else the adapter.",
+    )
+    alias: str | None = Field(None, description="Alias for the registered version.")
+
+    def check_inputs(self) -> None:
+        """Check the dataset's columns and that ``base`` is a causal LM with a tokenizer.
+
+        Runs before a job starts, and again before any training.
+        """
+        from aifab.models.checkpoint import read_sidecar
+        from aifab.train.text_data import chat_columns
+
+        chat_columns(resolve_dataset(self.dataset).columns)
+        directory = model_directory(self.base)
+        if (directory / "aifab-model.json").is_file():
+            builder = read_sidecar(directory)["builder"]
+            if builder != "causal-lm":
+                raise InvalidInputError(f"base: {directory} is a {builder!r} model, not causal-lm")
+        elif not (directory / "config.json").is_file():
+            raise InvalidInputError(
+                f"base: {directory} is not a model directory (no aifab-model.json or config.json)"
+            )
+        if not (directory / "tokenizer.json").is_file():
+            raise InvalidInputError(f"base: {directory} has no tokenizer (tokenizer.json)")
+
+
+def main(config: Mapping[str, Any] | Config | str | Path) -> dict[str, Any]:
+    """Fine-tune with LoRA; return ``run_id``, ``metrics``, ``model_dir``, ``model_version``..."""
+    cfg = as_config(Config, config, source="lora config")
+    from aifab.models.tokenizer import load_tokenizer
+    from aifab.train import checkpointing, loop
+    from aifab.train.datasets import dataset_input
+    from aifab.train.text_data import chat_loss
+
+    loop.set_deterministic(cfg.deterministic, cfg.threads)
+    loop.seed_everything(cfg.seed)
+    device = loop.pick_device(cfg.device)
+    cfg.check_inputs()
+    version = resolve_dataset(cfg.dataset)
+    base_dir = model_directory(cfg.base)
+    tokenizer = load_tokenizer(base_dir)
+    data = _encode(cfg, version, tokenizer)
+    state, counts = _setup(cfg, base_dir, device, len(data["train"]))
+    ckpt_dir = checkpointing.checkpoint_dir(cfg.checkpoint_dir)
+    latest = checkpointing.latest_checkpoint(ckpt_dir)
+    if latest is not None:
+        state.load(latest)
+    run = open_run("lora", cfg, [dataset_input(version)], state.run_id)
+    state.run_id = run.id
+    status = "FAILED"
+    try:
+        pad = int(tokenizer.pad_token_id or 0)
+
+        def losses(prefix: str = "") -> dict[str, float]:
+            return {
+                f"{prefix}{split}_loss": chat_loss(
+                    state.model, data[split], pad, device, cfg.batch_size, cfg.bf16
+                )
+                for split in ("valid", "test")
+                if split in data
+            }
+
+        metrics = {**counts, **(losses("initial_") if state.step == 0 else {})}
+        metrics.update(_train(cfg, state, data, pad, device, run, ckpt_dir))
+        metrics.update(losses())
+        run.log_metrics(metrics, state.step)
+        out, merged = _save(cfg, state, tokenizer, base_dir, version, metrics)
+        if merged is not None:
+            run.log_artifacts(out, "adapter")
+        model_version = publish(
+            run,
+            merged or out,
+            recipe="lora",
+            cfg=cfg,
+            dataset_ref=version.ref,
+            artifact_path="adapter" if merged is None else "model",
+        )
+        status = "FINISHED"
+        return {
+            "run_id": run.id,
+            "metrics": metrics,
+            "steps": state.step,
+            "resumed_from": state.resumed_from,
+            "model_dir": str(out),
+            "merged_dir": str(merged) if merged is not None else None,
+            "model_version": model_version,
+            "registered_as": cfg.register_as,
+        }
+    finally:
+        run.end(status)
+
+
+def _encode(cfg: Config, version: VersionInfo, tokenizer: Any) -> dict[str, list[ChatExample]]:
+    """Chat-template every conversation; splits left empty are dropped.
+
+    Raises:
+        InvalidInputError: no training example keeps an assistant token after truncation.
+    """
+    from aifab.models.tokenizer import CHAT_TEMPLATE
+    from aifab.train.text_data import chat_splits, encode_chats
+
+    if not getattr(tokenizer, "chat_template", None):
+        tokenizer.chat_template = CHAT_TEMPLATE  # a plain HF base may ship without one
+    out = {}
+    for split, conversations in chat_splits(version, cfg.split_column, cfg.seed).items():
+        examples, _ = encode_chats(tokenizer, conversations, cfg.max_length)
+        if examples:
+            out[split] = examples
+    if "train" not in out:
+        raise InvalidInputError(
+            f"max_length: no training example has an assistant reply within {cfg.max_length} tokens"
+        )
+    return out
+
+
+def _setup(
+    cfg: Config, base_dir: Path, device: torch.device, n_train: int
+) -> tuple[TrainState, dict[str, float]]:
+    """Load the base, wrap it with LoRA adapters, and build the optimizer over the adapters."""
+    import torch
+    from peft import (
+        LoraConfig,
+        get_peft_model,
+        get_peft_model_state_dict,
+        set_peft_model_state_dict,
+    )
+
+    from aifab.models.checkpoint import load_model
+    from aifab.train import loop
+
+    base, _ = load_model(base_dir)
+    peft_cfg = LoraConfig(
+        task_type="CAUSAL_LM",
+        r=cfg.lora.r,
+        lora_alpha=cfg.lora.alpha,
+        lora_dropout=cfg.lora.dropout,
+        target_modules=list(cfg.lora.target_modules),
+    )
+    try:
+        model = get_peft_model(base, peft_cfg).to(device)
+    except ValueError as exc:  # e.g. a target module the base does not have
+        raise InvalidInputError(f"lora.target_modules: {str(exc).splitlines()[0]}") from None
+    trainable = [p for p in model.parameters() if p.requires_grad]
+    n_trainable = sum(p.numel() for p in trainable)
+    n_total = sum(p.numel() for p in model.parameters())
+    optimizer = torch.optim.AdamW(
+        trainable, lr=cfg.optim.lr, weight_decay=cfg.optim.weight_decay, betas=cfg.optim.betas
+    )
+    scheduler = loop.warmup_cosine(
+        optimizer,
+        warmup_steps=cfg.optim.warmup_steps,
+        total_steps=total_steps(cfg, n_train),
+        min_lr_ratio=cfg.optim.min_lr_ratio,
+    )
+    counts = {
+        "trainable_parameters": float(n_trainable),
+        "total_parameters": float(n_total),
+        "trainable_share": n_trainable / n_total,
+    }
+    adapters = (get_peft_model_state_dict, set_peft_model_state_dict)
+    return TrainState(model, optimizer, scheduler, *adapters), counts
+
+
+def total_steps(cfg: Config, n_train: int) -> int:
+    """Optimizer steps of the run: ``epochs`` passes, capped by ``max_steps``."""
+    per_epoch = max(1, -(-n_train // (cfg.batch_size * cfg.optim.grad_accum)))
+    return min(cfg.max_steps or 1 << 62, cfg.epochs * per_epoch)
+
+
+def _train(
+    cfg: Config,
+    state: TrainState,
+    data: dict[str, list[ChatExample]],
+    pad: int,
+    device: torch.device,
+    run: Any,
+    ckpt_dir: Path | None,
+) -> dict[str, float]:
+    """The loop.
+
+    Returns:
+        The last train loss and the samples/s of the loop without eval and checkpoints (data,
+        steps, logging and progress included).
+    """
+    from aifab.train import loop
+    from aifab.train.text_data import chat_loss, collate, stream_batch
+
+    train, total = data["train"], total_steps(cfg, len(data["train"]))
+    accum = cfg.optim.grad_accum
+    every = cfg.eval_every or max(1, -(-len(train) // (cfg.batch_size * accum)))  # an epoch
+    begin, aside, samples, loss = time.perf_counter(), 0.0, 0, float("nan")
+    with loop.Progress(total, start_step=state.step, enabled=cfg.progress) as bar:
+        while state.step < total:
+            first = state.step * accum
+            rows = [
+                stream_batch(len(train), i, cfg.batch_size, cfg.seed)
+                for i in range(first, first + accum)
+            ]
+            batches = [collate([train[i] for i in r], pad) for r in rows]
+            loss = optimizer_step(
+                state, batches, device, bf16=cfg.bf16, clip_norm=cfg.optim.clip_norm
+            )
+            samples += sum(len(r) for r in rows)
+            bar.update(state.step, loss, sum(len(r) for r in rows))
+            step = state.step
+            if step % cfg.log_every == 0 or step == total:
+                run.log_metrics({"train_loss": loss, "lr": state.scheduler.get_last_lr()[0]}, step)
+            t0 = time.perf_counter()
+            if step % every == 0 and step < total and "valid" in data:
+                valid = chat_loss(state.model, data["valid"], pad, device, cfg.batch_size, cfg.bf16)
+                run.log_metrics({"valid_loss": valid}, step)
+            if (
+                ckpt_dir
+                and cfg.checkpoint_every
+                and (step % cfg.checkpoint_every == 0 or step == total)
+            ):
+                state.save(ckpt_dir, keep=cfg.keep_checkpoints, micro_batches=step * accum)
+            aside += time.perf_counter() - t0
+    busy = time.perf_counter() - begin - aside
+    return {"train_loss": loss, "samples_per_s": samples / busy if busy > 0 else 0.0}
+
+
+def _save(
+    cfg: Config,
+    state: TrainState,
+    tokenizer: Any,
+    base_dir: Path,
+    version: VersionInfo,
+    metrics: dict[str, float],
+) -> tuple[Path, Path | None]:
+    """Write the adapter (PEFT ``save_pretrained``), its tokenizer and sidecar.
+
+    With ``merge``, also ``<output_dir>-merged``: the base with the adapters folded in.
+
+    Returns:
+        The adapter directory and the merged model's directory (None without ``merge``).
+    """
+    from aifab.core.atomic import atomic_write_text
+
+    out = output_dir(cfg.output_dir, "lora", state.run_id)
+    model: Any = state.model.to("cpu")  # a PeftModel
+    model.save_pretrained(str(out))
+    tokenizer.save_pretrained(str(out))
+    meta = lineage_meta("lora", state.run_id, version, metrics)
+    meta.update(base=cfg.base, base_dir=str(base_dir), lora=cfg.lora.model_dump(mode="json"))
+    atomic_write_text(out / ADAPTER_SIDECAR, json.dumps(meta, indent=2, sort_keys=True) + "\n")
+    if not cfg.merge:
+        return out, None
+    merged = out.with_name(out.name + "-merged")
+    _save_merged(model.merge_and_unload(), merged, tokenizer, base_dir, meta)
+    return out, merged
+
+
+def _save_merged(
+    merged: Any, directory: Path, tokenizer: Any, base_dir: Path, meta: dict[str, Any]
+) -> None:
+    """An aifab base is saved as an aifab model directory; a plain HF base stays plain HF."""
+    from aifab.models.checkpoint import read_sidecar, save_model
+
+    if (base_dir / "aifab-model.json").is_file():
+        base_cfg = read_sidecar(base_dir)["config"]
+        save_model(
+            directory,
+            merged,
+            builder="causal-lm",
+            config=base_cfg,
+            meta={**meta, "merged": True},
+            tokenizer=tokenizer,
+        )
+    else:
+        merged.save_pretrained(str(directory))
+        tokenizer.save_pretrained(str(directory))
+
+
+if __name__ == "__main__":
+    from aifab.train.submit import load_recipe_config
+
+    if len(sys.argv) < 2:
+        raise SystemExit("usage: python -m aifab.train.recipes.lora CONFIG [key=value ...]")
+    try:
+        config = load_recipe_config("lora", sys.argv[1], sys.argv[2:])
+        print(main(config.model_dump(mode="json", by_alias=True)))
+    except InvalidInputError as exc:
+        raise SystemExit(f"error: {exc.message}") from None
