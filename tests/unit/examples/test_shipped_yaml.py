@@ -56,4 +56,9 @@ def test_shipped_yaml_validates(path: Path) -> None:
     if path.parent.name == "jobs":
         load_config(JobSpec, path)
         return
+    if path.name == "sweep.yaml":
+        from aifab.train.hpo_spec import SweepSpec
+
+        load_config(SweepSpec, path)
+        return
     assert isinstance(load_yaml(path), dict)  # a spec file: checked through its pipeline
