@@ -1,12 +1,14 @@
 """A recipe run's life cycle around its loop, shared by the lm, lora and kge recipes.
 
-The train state a checkpoint saves and a resumed job loads, the MLflow run opened or continued,
-one optimizer step, and publishing the result: model directory, lineage, artifacts, registry.
+The process group of a data-parallel job, the train state a checkpoint saves and a resumed job
+loads, the MLflow run opened or continued (rank 0 only), one optimizer step over this rank's
+shard of the global batch, and publishing the result: model directory, lineage, registry.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+import contextlib
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -17,6 +19,50 @@ if TYPE_CHECKING:
     import torch
 
     from aifab.data.catalog import VersionInfo
+    from aifab.train.distributed import DistInfo
+
+
+def run_distributed(
+    device_name: str, body: Callable[[DistInfo, torch.device], dict[str, Any]]
+) -> dict[str, Any]:
+    """Join the job's process group (none for one replica), run ``body`` on this rank, leave.
+
+    Args:
+        device_name: the recipe's ``device`` setting (auto, cpu, cuda).
+        body: the recipe's run, given this rank's place and device.
+    """
+    from aifab.train import distributed, loop
+
+    info = distributed.init_distributed(loop.pick_device(device_name).type)
+    try:
+        return body(info, loop.pick_device(device_name, info.local_rank))
+    finally:
+        distributed.shutdown(info)
+
+
+def check_batch(batch_size: int, info: DistInfo) -> None:
+    """Every replica needs at least one example of each global batch.
+
+    Raises:
+        InvalidInputError: ``batch_size`` is smaller than the number of replicas.
+    """
+    if batch_size < info.world_size:
+        raise InvalidInputError(
+            f"batch_size: {batch_size} is smaller than the job's {info.world_size} replicas "
+            "(the global batch is split over them)"
+        )
+
+
+def main_first(info: DistInfo, fn: Callable[[], Any]) -> Any:
+    """Run ``fn`` on rank 0, then on the other ranks (which find what rank 0 cached or wrote)."""
+    from aifab.train import distributed
+
+    if not info.is_main:
+        distributed.barrier(info)
+    out = fn()
+    if info.is_main:
+        distributed.barrier(info)
+    return out
 
 
 def resolve_dataset(ref: str) -> VersionInfo:
@@ -61,6 +107,8 @@ class TrainState:
 
     ``weights`` reads the trainable state to checkpoint and ``load_weights`` restores it: the
     whole model by default; the lora recipe passes PEFT's adapter-only pair (the base is frozen).
+    ``model`` is DDP-wrapped in a data-parallel job (``module`` is the user's model); ``info``
+    says which rank this is (None: a single process).
     """
 
     model: torch.nn.Module
@@ -71,32 +119,111 @@ class TrainState:
     step: int = 0
     run_id: str | None = None
     resumed_from: int | None = None
+    info: DistInfo | None = None
+
+    @property
+    def is_main(self) -> bool:
+        """Rank 0 (or a single process): the one that logs, checkpoints and saves."""
+        return self.info is None or self.info.is_main
+
+    @property
+    def module(self) -> torch.nn.Module:
+        """The user's model, outside any DDP wrapper (to evaluate and save)."""
+        from aifab.train.distributed import unwrap
+
+        return unwrap(self.model)
 
     def save(self, directory: Path, *, keep: int, micro_batches: int) -> None:
-        """Checkpoint after the current step (the data position follows from the step)."""
-        from aifab.train import checkpointing
+        """Checkpoint after the current step (the data position follows from the step).
 
-        checkpointing.save_checkpoint(
-            directory,
-            step=self.step,
-            model=self.weights(self.model) if self.weights else self.model.state_dict(),
-            optimizer=self.optimizer.state_dict(),
-            scheduler=self.scheduler.state_dict(),
-            position={"micro_batch": micro_batches},
-            extra={"run_id": self.run_id},
-            keep=keep,
-        )
+        Replicas hold identical weights, so rank 0 alone writes; the others wait for it.
+        """
+        from aifab.train import checkpointing, distributed
+
+        if self.is_main:
+            module = self.module
+            checkpointing.save_checkpoint(
+                directory,
+                step=self.step,
+                model=self.weights(module) if self.weights else module.state_dict(),
+                optimizer=self.optimizer.state_dict(),
+                scheduler=self.scheduler.state_dict(),
+                position={"micro_batch": micro_batches},
+                extra={"run_id": self.run_id},
+                keep=keep,
+            )
+        if self.info is not None:
+            distributed.barrier(self.info)
+
+    def resume(self, directory: Path | None) -> None:
+        """Continue from the newest checkpoint in ``directory``, if any (rank 0 picks it)."""
+        from aifab.train import checkpointing, distributed
+
+        latest = checkpointing.latest_checkpoint(directory) if self.is_main else None
+        if self.info is not None:
+            latest = distributed.broadcast_object(latest, self.info)
+        if latest is not None:
+            self.load(latest)
 
     def load(self, path: Path) -> None:
         """Continue from a checkpoint (RNG states restored too)."""
         from aifab.train import checkpointing
 
         ck = checkpointing.load_checkpoint(path)
-        (self.load_weights or type(self.model).load_state_dict)(self.model, ck["model"])
+        module = self.module
+        (self.load_weights or type(module).load_state_dict)(module, ck["model"])
         self.optimizer.load_state_dict(ck["optimizer"])
         self.scheduler.load_state_dict(ck["scheduler"])
         self.step = self.resumed_from = int(ck["step"])
         self.run_id = ck["extra"].get("run_id")
+
+
+def attach_run(
+    state: TrainState, recipe: str, cfg: Any, datasets: Callable[[], list[dict[str, Any]]]
+) -> Any:
+    """Rank 0 opens (or continues) the MLflow run; every rank learns its id. None off rank 0.
+
+    ``datasets`` builds the run's dataset inputs (called on rank 0 only).
+    """
+    from aifab.train import distributed
+
+    run = open_run(recipe, cfg, datasets(), state.run_id) if state.is_main else None
+    run_id = run.id if run is not None else None
+    state.run_id = distributed.broadcast_object(run_id, state.info) if state.info else run_id
+    return run
+
+
+@contextlib.contextmanager
+def ending(run: Any) -> Iterator[None]:
+    """End ``run`` (None off rank 0) when the block exits: FINISHED, or FAILED on an error."""
+    status = "FAILED"
+    try:
+        yield
+        status = "FINISHED"
+    finally:
+        if run is not None:
+            run.end(status)
+
+
+def summary(
+    state: TrainState, cfg: Any, metrics: Mapping[str, float], **fields: Any
+) -> dict[str, Any]:
+    """What a recipe's ``main`` returns; rank 0 fills in ``model_dir`` and ``model_version``."""
+    return {
+        "run_id": state.run_id,
+        "metrics": dict(metrics),
+        "resumed_from": state.resumed_from,
+        "model_dir": None,
+        "model_version": None,
+        "registered_as": cfg.register_as,
+        **fields,
+    }
+
+
+def log_metrics(run: Any, metrics: Mapping[str, float], step: int) -> None:
+    """Log to the run; a no-op off rank 0 (where there is no run)."""
+    if run is not None:
+        run.log_metrics(metrics, step)
 
 
 def open_run(recipe: str, cfg: Any, datasets: list[dict[str, Any]], run_id: str | None) -> Any:
@@ -127,27 +254,60 @@ def optimizer_step(
     bf16: bool,
     clip_norm: float | None,
 ) -> float:
-    """One optimizer step over micro-batches of model inputs (labels included).
+    """One optimizer step over global micro-batches of model inputs (labels included).
+
+    In a data-parallel job each rank trains on its rows of every micro-batch; its mean loss is
+    weighted by its share of the micro-batch's target tokens, so DDP's gradient average is the
+    gradient a single process gets from the whole micro-batch.
 
     Returns:
-        The micro-batches' mean loss.
+        The micro-batches' mean loss (over all replicas).
     """
-    from aifab.train import loop
+    import torch
 
+    from aifab.train import distributed, loop
+
+    info = state.info
+    world = info.world_size if info is not None else 1
     state.model.train()
-    total = 0.0
-    for batch in batches:
-        with loop.autocast(device, bf16):
-            loss = state.model(**{k: v.to(device) for k, v in batch.items()}).loss
-        (loss / len(batches)).backward()
-        total += float(loss.detach())
+    total = torch.zeros(1, dtype=torch.float64)
+    for i, batch in enumerate(batches):
+        part, share = _shard(batch, info) if info is not None and world > 1 else (batch, 1.0)
+        with distributed.maybe_no_sync(state.model, i + 1 == len(batches)):
+            with loop.autocast(device, bf16):
+                loss = state.model(**{k: v.to(device) for k, v in part.items()}).loss
+            (loss * share / len(batches)).backward()
+        total += float(loss.detach()) * share / world
+    if info is not None:
+        distributed.all_reduce_sum(total, info)
     trainable = (p for p in state.model.parameters() if p.requires_grad)
     loop.clip_gradients(trainable, clip_norm)
     state.optimizer.step()
     state.optimizer.zero_grad(set_to_none=True)
     state.scheduler.step()
     state.step += 1
-    return total / len(batches)
+    return float(total) / len(batches)
+
+
+def _shard(
+    batch: Mapping[str, torch.Tensor], info: DistInfo
+) -> tuple[dict[str, torch.Tensor], float]:
+    """Rows of a global micro-batch that this rank trains on, and their loss weight.
+
+    The weight is the world size times the rows' share of the micro-batch's target tokens.
+    """
+    import numpy as np
+    import torch
+
+    from aifab.train.distributed import shard
+    from aifab.train.text_data import IGNORE_INDEX
+
+    labels = batch["labels"]
+    rows = torch.from_numpy(shard(np.arange(len(labels)), info))
+    # The causal-LM loss averages over shifted targets: the first position is never predicted.
+    targets = labels[:, 1:] != IGNORE_INDEX
+    share = float(targets[rows].sum()) / max(1.0, float(targets.sum()))
+    return {k: v[rows] for k, v in batch.items()}, share * info.world_size
 
 
 def output_dir(configured: str | None, recipe: str, run_id: str | None) -> Path:

@@ -24,17 +24,23 @@ from aifab.core.config import StrictConfig, as_config
 from aifab.core.errors import InvalidInputError
 from aifab.train.lifecycle import (
     TrainState,
+    attach_run,
+    check_batch,
+    ending,
     lineage_meta,
-    open_run,
+    log_metrics,
     output_dir,
     publish,
     resolve_dataset,
+    run_distributed,
+    summary,
 )
 
 if TYPE_CHECKING:
     import torch
 
     from aifab.data.catalog import VersionInfo
+    from aifab.train.distributed import DistInfo
 
 VOCAB_FILE = "vocab.json"
 
@@ -61,7 +67,7 @@ class Config(StrictConfig):
     split_column: str = Field("split", description="train/valid/test column (else 80/10/10).")
     model: KGEModelChoice = Field(default_factory=KGEModelChoice)
     epochs: int = Field(100, ge=1, description="Passes over the training triples.")
-    batch_size: int = Field(256, ge=1, description="Positive triples per step.")
+    batch_size: int = Field(256, ge=1, description="Positive triples per step (over replicas).")
     negatives: int = Field(16, ge=1, description="Corrupted triples per positive.")
     lr: float = Field(0.02, gt=0, description="Adam learning rate (cosine-decayed to 10%).")
     eval_every: int | None = Field(
@@ -137,62 +143,65 @@ def load_triples(cfg: Config, version: VersionInfo) -> Triples:
 
 
 def main(config: Mapping[str, Any] | Config | str | Path) -> dict[str, Any]:
-    """Train KG embeddings; return ``run_id``, ``metrics``, ``model_dir``, ``model_version``..."""
+    """Train KG embeddings; return ``run_id``, ``metrics``, ``model_dir``, ``model_version``...
+
+    With several replicas each trains on its shard of every global batch (and of its
+    negatives); rank 0 alone evaluates, logs, checkpoints and saves.
+    """
     cfg = as_config(Config, config, source="kge config")
+    return run_distributed(cfg.device, lambda info, device: _run(cfg, info, device))
+
+
+def _run(cfg: Config, info: DistInfo, device: torch.device) -> dict[str, Any]:
     from aifab.models.zoo import model_config
-    from aifab.train import checkpointing, loop
+    from aifab.train import checkpointing, distributed, loop
     from aifab.train.datasets import dataset_input
 
     loop.set_deterministic(cfg.deterministic, cfg.threads)
     loop.seed_everything(cfg.seed)
-    device = loop.pick_device(cfg.device)
+    check_batch(cfg.batch_size, info)
     cfg.check_inputs()
     version = resolve_dataset(cfg.dataset)
     data = load_triples(cfg, version)
     counts = {"num_entities": len(data.entities), "num_relations": len(data.relations)}
     model_cfg = model_config(cfg.model.name, {**cfg.model.config, **counts})
-    state = _setup(cfg, model_cfg, device, len(data.splits["train"]))
-    latest = checkpointing.latest_checkpoint(checkpointing.checkpoint_dir(cfg.checkpoint_dir))
-    if latest is not None:
-        state.load(latest)
-    run = open_run("kge", cfg, [dataset_input(version)], state.run_id)
-    state.run_id = run.id
-    status = "FAILED"
-    try:
+    state = _setup(cfg, model_cfg, info, device, len(data.splits["train"]))
+    state.resume(checkpointing.checkpoint_dir(cfg.checkpoint_dir))
+    run = attach_run(state, "kge", cfg, lambda: [dataset_input(version)])
+    with ending(run):
         seconds = _train(cfg, state, data, device, run)
-        metrics = {**evaluate(state.model, data, "valid"), **evaluate(state.model, data, "test")}
-        metrics.update(epochs=float(state.step), train_time_s=seconds, **counts)
-        run.log_metrics(metrics, state.step)
-        out = _save(cfg, state, model_cfg, data, version, metrics)
-        model_version = publish(run, out, recipe="kge", cfg=cfg, dataset_ref=version.ref)
-        status = "FINISHED"
-        return {
-            "run_id": run.id,
-            "metrics": metrics,
-            "epochs": state.step,
-            "resumed_from": state.resumed_from,
-            "model_dir": str(out),
-            "model_version": model_version,
-            "registered_as": cfg.register_as,
-        }
-    finally:
-        run.end(status)
+        metrics: dict[str, float] = {}
+        if state.is_main:
+            metrics.update(evaluate(state.module, data, "valid"))
+            metrics.update(evaluate(state.module, data, "test"))
+            metrics.update(epochs=float(state.step), train_time_s=seconds, **counts)
+        out = summary(state, cfg, distributed.broadcast_object(metrics, info), epochs=state.step)
+        if run is not None:
+            run.log_metrics(metrics, state.step)
+            model_dir = _save(cfg, state, model_cfg, data, version, metrics)
+            out["model_dir"] = str(model_dir)
+            out["model_version"] = publish(
+                run, model_dir, recipe="kge", cfg=cfg, dataset_ref=version.ref
+            )
+        return out
 
 
-def _setup(cfg: Config, model_cfg: Any, device: torch.device, n_train: int) -> TrainState:
+def _setup(
+    cfg: Config, model_cfg: Any, info: DistInfo, device: torch.device, n_train: int
+) -> TrainState:
     """Model, Adam and a cosine schedule stepped per batch; ``TrainState.step`` counts epochs."""
     import torch
 
     from aifab.models.zoo import build_model
-    from aifab.train import loop
+    from aifab.train import distributed, loop
 
-    model = build_model(cfg.model.name, model_cfg).to(device)
+    model = distributed.wrap_model(build_model(cfg.model.name, model_cfg), info, device)
     optimizer = torch.optim.Adam(model.parameters(), lr=cfg.lr)
     per_epoch = -(-n_train // cfg.batch_size)
     scheduler = loop.warmup_cosine(
         optimizer, warmup_steps=0, total_steps=cfg.epochs * per_epoch, min_lr_ratio=0.1
     )
-    return TrainState(model, optimizer, scheduler)
+    return TrainState(model, optimizer, scheduler, info=info)
 
 
 def _train(cfg: Config, state: TrainState, data: Triples, device: torch.device, run: Any) -> float:
@@ -206,7 +215,8 @@ def _train(cfg: Config, state: TrainState, data: Triples, device: torch.device, 
     ckpt_dir = checkpointing.checkpoint_dir(cfg.checkpoint_dir)
     eval_every = cfg.eval_every or max(1, cfg.epochs // 10)
     train, busy = data.splits["train"], 0.0
-    with loop.Progress(cfg.epochs, start_step=state.step, enabled=cfg.progress) as bar:
+    show = cfg.progress and state.is_main
+    with loop.Progress(cfg.epochs, start_step=state.step, enabled=show) as bar:
         while state.step < cfg.epochs:
             t0 = time.perf_counter()
             loss = _epoch(cfg, state, train, len(data.entities), device)
@@ -214,9 +224,10 @@ def _train(cfg: Config, state: TrainState, data: Triples, device: torch.device, 
             state.step += 1
             epoch = state.step
             bar.update(epoch, loss, len(train))
-            run.log_metrics({"train_loss": loss, "lr": state.scheduler.get_last_lr()[0]}, epoch)
-            if epoch % eval_every == 0 and epoch < cfg.epochs and "valid" in data.splits:
-                run.log_metrics(evaluate(state.model, data, "valid"), epoch)
+            log_metrics(run, {"train_loss": loss, "lr": state.scheduler.get_last_lr()[0]}, epoch)
+            evaluating = epoch % eval_every == 0 and epoch < cfg.epochs
+            if evaluating and "valid" in data.splits and run is not None:  # rank 0 only
+                run.log_metrics(evaluate(state.module, data, "valid"), epoch)
             if (
                 ckpt_dir
                 and cfg.checkpoint_every
@@ -229,32 +240,45 @@ def _train(cfg: Config, state: TrainState, data: Triples, device: torch.device, 
 def _epoch(
     cfg: Config, state: TrainState, train: torch.Tensor, num_entities: int, device: torch.device
 ) -> float:
-    """One pass over the training triples; returns the mean loss.
+    """One pass over the training triples; returns the mean loss (over all replicas).
 
     Batch order and negatives are drawn from generators seeded by (seed, epoch), so an epoch
-    is the same whether or not the run was resumed before it.
+    is the same whether or not the run was resumed before it. Every replica draws the whole
+    global batch and its negatives, then trains on its rows of them.
     """
+    import numpy as np
     import torch
 
     from aifab.models.kge import corrupt_triples
+    from aifab.train import distributed
     from aifab.train.datasets import epoch_batches
 
-    epoch = state.step
+    epoch, info = state.step, state.info
+    world = info.world_size if info is not None else 1
     gen = torch.Generator().manual_seed(cfg.seed * 1_000_003 + epoch)
-    model: Any = state.model
-    model.train()
-    total = 0.0
+    model: Any = state.module
+    state.model.train()
+    total = torch.zeros(1, dtype=torch.float64)
     batches = epoch_batches(len(train), cfg.batch_size, seed=cfg.seed, epoch=epoch)
     for rows in batches:
         positive = train[torch.from_numpy(rows)]
         negative = corrupt_triples(positive, num_entities, cfg.negatives, generator=gen)
-        loss = model.loss(model(positive.to(device)), model(negative.to(device)))
+        if info is not None and world > 1:
+            mine = torch.from_numpy(distributed.shard(np.arange(len(rows)), info))
+            positive, negative = positive[mine], negative[mine]
+        # One forward through the (DDP) model scores positives and negatives together.
+        scores = state.model(torch.cat([positive[:, None], negative], dim=1).to(device))
+        loss = model.loss(scores[:, 0], scores[:, 1:])
+        # The loss is a mean over positives: weight this rank's by its share of the batch.
+        share = len(positive) / len(rows)
         state.optimizer.zero_grad(set_to_none=True)
-        loss.backward()
+        (loss * (share * world)).backward()
         state.optimizer.step()
         state.scheduler.step()
-        total += float(loss.detach())
-    return total / len(batches)
+        total += float(loss.detach()) * share
+    if info is not None:
+        distributed.all_reduce_sum(total, info)  # the replicas' shares add up to the batch
+    return float(total) / len(batches)
 
 
 def evaluate(model: torch.nn.Module, data: Triples, split: str) -> dict[str, float]:
@@ -290,7 +314,7 @@ def _save(
     out = output_dir(cfg.output_dir, "kge", state.run_id)
     meta = lineage_meta("kge", state.run_id, version, metrics)
     meta["vocab"] = VOCAB_FILE
-    model = state.model.to("cpu")
+    model = state.module.to("cpu")
     save_model(out, model, builder=cfg.model.name, config=model_cfg, meta=meta)
     vocab = {"entities": data.entities, "relations": data.relations}
     atomic_write_text(out / VOCAB_FILE, json.dumps(vocab, indent=1) + "\n")

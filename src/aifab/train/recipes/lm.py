@@ -22,12 +22,17 @@ from aifab.core.config import StrictConfig, as_config
 from aifab.core.errors import InvalidInputError
 from aifab.train.lifecycle import (
     TrainState,
+    attach_run,
+    check_batch,
+    ending,
     lineage_meta,
-    open_run,
+    log_metrics,
     optimizer_step,
     output_dir,
     publish,
     resolve_dataset,
+    run_distributed,
+    summary,
 )
 from aifab.train.recipes.classify import OptimConfig
 
@@ -35,6 +40,7 @@ if TYPE_CHECKING:
     import torch
 
     from aifab.data.catalog import VersionInfo
+    from aifab.train.distributed import DistInfo
     from aifab.train.text_data import LMBlocks
 
 
@@ -58,7 +64,7 @@ class Config(StrictConfig):
     )
     vocab_size: int = Field(512, ge=300, description="BPE vocabulary trained on the train split.")
     block_size: int = Field(128, ge=8, description="Tokens per packed training block.")
-    batch_size: int = Field(16, ge=1, description="Blocks per micro-batch.")
+    batch_size: int = Field(16, ge=1, description="Blocks per micro-batch (split over replicas).")
     max_steps: int = Field(500, ge=1, description="Optimizer steps to train.")
     optim: OptimConfig = Field(default_factory=_default_optim)
     eval_every: int = Field(100, ge=1, description="Steps between validation-loss evaluations.")
@@ -95,44 +101,44 @@ class Config(StrictConfig):
 
 
 def main(config: Mapping[str, Any] | Config | str | Path) -> dict[str, Any]:
-    """Pre-train a causal LM; return ``run_id``, ``metrics``, ``model_dir``, ``model_version``."""
+    """Pre-train a causal LM; return ``run_id``, ``metrics``, ``model_dir``, ``model_version``.
+
+    With several replicas (RANK/WORLD_SIZE set by the scheduler) each trains on its shard of
+    every global batch of ``batch_size`` blocks; rank 0 alone logs, checkpoints and saves.
+    """
     cfg = as_config(Config, config, source="lm config")
-    from aifab.train import checkpointing, loop
+    return run_distributed(cfg.device, lambda info, device: _run(cfg, info, device))
+
+
+def _run(cfg: Config, info: DistInfo, device: torch.device) -> dict[str, Any]:
+    from aifab.train import checkpointing, distributed, loop
     from aifab.train.datasets import dataset_input
 
     loop.set_deterministic(cfg.deterministic, cfg.threads)
     loop.seed_everything(cfg.seed)
-    device = loop.pick_device(cfg.device)
+    check_batch(cfg.batch_size, info)
     cfg.check_inputs()
     version = resolve_dataset(cfg.dataset)
     ckpt_dir = checkpointing.checkpoint_dir(cfg.checkpoint_dir)
-    tokenizer, data = _prepare_data(cfg, version, ckpt_dir)
+    # Rank 0 trains the tokenizer and packs the blocks; the others get the very same ones.
+    prepared = _prepare_data(cfg, version, ckpt_dir) if info.is_main else None
+    tokenizer, data = distributed.broadcast_object(prepared, info)
     model_cfg = _model_config(cfg, tokenizer)
-    state = _setup(cfg, model_cfg, device)
-    latest = checkpointing.latest_checkpoint(ckpt_dir)
-    if latest is not None:
-        state.load(latest)
-    run = open_run("lm", cfg, [dataset_input(version)], state.run_id)
-    state.run_id = run.id
-    status = "FAILED"
-    try:
+    state = _setup(cfg, model_cfg, info, device)
+    state.resume(ckpt_dir)
+    run = attach_run(state, "lm", cfg, lambda: [dataset_input(version)])
+    with ending(run):
         timing = _train(cfg, state, data, device, run, ckpt_dir)
-        metrics = _final_metrics(cfg, state, data, device, timing)
-        run.log_metrics(metrics, state.step)
-        out = _save(cfg, state, tokenizer, model_cfg, version, metrics)
-        model_version = publish(run, out, recipe="lm", cfg=cfg, dataset_ref=version.ref)
-        status = "FINISHED"
-        return {
-            "run_id": run.id,
-            "metrics": metrics,
-            "steps": state.step,
-            "resumed_from": state.resumed_from,
-            "model_dir": str(out),
-            "model_version": model_version,
-            "registered_as": cfg.register_as,
-        }
-    finally:
-        run.end(status)
+        metrics = _final_metrics(cfg, state, data, device, timing) if state.is_main else {}
+        out = summary(state, cfg, distributed.broadcast_object(metrics, info), steps=state.step)
+        if run is not None:
+            run.log_metrics(metrics, state.step)
+            model_dir = _save(cfg, state, tokenizer, model_cfg, version, metrics)
+            out["model_dir"] = str(model_dir)
+            out["model_version"] = publish(
+                run, model_dir, recipe="lm", cfg=cfg, dataset_ref=version.ref
+            )
+        return out
 
 
 def _prepare_data(cfg: Config, version: VersionInfo, ckpt_dir: Path | None) -> tuple[Any, LMBlocks]:
@@ -166,13 +172,13 @@ def _model_config(cfg: Config, tokenizer: Any) -> Any:
     return model_config("causal-lm", {**cfg.model, **fixed})
 
 
-def _setup(cfg: Config, model_cfg: Any, device: torch.device) -> TrainState:
+def _setup(cfg: Config, model_cfg: Any, info: DistInfo, device: torch.device) -> TrainState:
     import torch
 
     from aifab.models.zoo import build_model
-    from aifab.train import loop
+    from aifab.train import distributed, loop
 
-    model = build_model("causal-lm", model_cfg).to(device)
+    model = distributed.wrap_model(build_model("causal-lm", model_cfg), info, device)
     optimizer = torch.optim.AdamW(
         model.parameters(),
         lr=cfg.optim.lr,
@@ -185,7 +191,7 @@ def _setup(cfg: Config, model_cfg: Any, device: torch.device) -> TrainState:
         total_steps=cfg.max_steps,
         min_lr_ratio=cfg.optim.min_lr_ratio,
     )
-    return TrainState(model, optimizer, scheduler)
+    return TrainState(model, optimizer, scheduler, info=info)
 
 
 def _train(
@@ -207,7 +213,8 @@ def _train(
 
     train_blocks, accum = data.blocks["train"], cfg.optim.grad_accum
     start, begin, aside = state.step, time.perf_counter(), 0.0
-    with loop.Progress(cfg.max_steps, start_step=state.step, enabled=cfg.progress) as bar:
+    show = cfg.progress and state.is_main
+    with loop.Progress(cfg.max_steps, start_step=state.step, enabled=show) as bar:
         while state.step < cfg.max_steps:
             batches = _batches(cfg, train_blocks, state.step)
             loss = optimizer_step(
@@ -217,11 +224,12 @@ def _train(
             bar.update(step, loss, cfg.batch_size * accum)
             if step % cfg.log_every == 0 or step == cfg.max_steps:
                 lr = state.scheduler.get_last_lr()[0]
-                run.log_metrics({"train_loss": loss, "lr": lr}, step)
+                log_metrics(run, {"train_loss": loss, "lr": lr}, step)
             t0 = time.perf_counter()
-            if step % cfg.eval_every == 0 and step < cfg.max_steps and "valid" in data.blocks:
+            evaluate = step % cfg.eval_every == 0 and step < cfg.max_steps
+            if evaluate and run is not None and "valid" in data.blocks:  # rank 0 only
                 blocks = data.blocks["valid"][: cfg.eval_blocks]
-                valid = lm_loss(state.model, blocks, device, cfg.batch_size, cfg.bf16)
+                valid = lm_loss(state.module, blocks, device, cfg.batch_size, cfg.bf16)
                 run.log_metrics({"valid_loss": valid}, step)
             if (
                 ckpt_dir
@@ -257,11 +265,11 @@ def _final_metrics(
     metrics: dict[str, float] = {"steps": float(state.step)}
     for split in ("valid", "test"):
         if split in data.blocks:
-            loss = lm_loss(state.model, data.blocks[split], device, cfg.batch_size, cfg.bf16)
+            loss = lm_loss(state.module, data.blocks[split], device, cfg.batch_size, cfg.bf16)
             metrics[f"{split}_loss"] = loss
             metrics[f"{split}_perplexity"] = math.exp(min(loss, 50.0))
     metrics["unigram_entropy"] = data.unigram_entropy
-    metrics["num_parameters"] = float(sum(p.numel() for p in state.model.parameters()))
+    metrics["num_parameters"] = float(sum(p.numel() for p in state.module.parameters()))
     if timing["steps_timed"]:
         per_step = timing["train_time_s"] / timing["steps_timed"]
         tokens = cfg.batch_size * cfg.optim.grad_accum * cfg.block_size
@@ -284,7 +292,7 @@ def _save(
     out = output_dir(cfg.output_dir, "lm", state.run_id)
     meta = lineage_meta("lm", state.run_id, version, metrics)
     meta.update(text_column=cfg.text_column, block_size=cfg.block_size)
-    model = state.model.to("cpu")
+    model = state.module.to("cpu")
     return save_model(
         out, model, builder="causal-lm", config=model_cfg, meta=meta, tokenizer=tokenizer
     )

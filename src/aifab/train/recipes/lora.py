@@ -22,13 +22,19 @@ from aifab.core.config import StrictConfig, as_config
 from aifab.core.errors import InvalidInputError
 from aifab.train.lifecycle import (
     TrainState,
+    attach_run,
+    check_batch,
+    ending,
     lineage_meta,
+    log_metrics,
+    main_first,
     model_directory,
-    open_run,
     optimizer_step,
     output_dir,
     publish,
     resolve_dataset,
+    run_distributed,
+    summary,
 )
 from aifab.train.recipes.classify import OptimConfig
 
@@ -36,6 +42,7 @@ if TYPE_CHECKING:
     import torch
 
     from aifab.data.catalog import VersionInfo
+    from aifab.train.distributed import DistInfo
     from aifab.train.text_data import ChatExample
 
 ADAPTER_SIDECAR = "aifab-adapter.json"
@@ -74,7 +81,7 @@ class Config(StrictConfig):
     split_column: str = Field("split", description="train/valid/test column (else 80/10/10).")
     lora: LoraSettings = Field(default_factory=LoraSettings)
     max_length: int = Field(256, ge=8, description="Tokens per example (longer ones truncated).")
-    batch_size: int = Field(8, ge=1, description="Examples per micro-batch.")
+    batch_size: int = Field(8, ge=1, description="Examples per micro-batch (over replicas).")
     epochs: int = Field(3, ge=1, description="Passes over the training examples.")
     max_steps: int | None = Field(None, ge=1, description="Stop after this many steps.")
     optim: OptimConfig = Field(default_factory=_default_optim)
@@ -124,69 +131,66 @@ class Config(StrictConfig):
 
 
 def main(config: Mapping[str, Any] | Config | str | Path) -> dict[str, Any]:
-    """Fine-tune with LoRA; return ``run_id``, ``metrics``, ``model_dir``, ``model_version``..."""
+    """Fine-tune with LoRA; return ``run_id``, ``metrics``, ``model_dir``, ``model_version``...
+
+    With several replicas each trains on its shard of every global batch (DDP over the
+    adapters); rank 0 alone logs, checkpoints and saves.
+    """
     cfg = as_config(Config, config, source="lora config")
+    return run_distributed(cfg.device, lambda info, device: _run(cfg, info, device))
+
+
+def _run(cfg: Config, info: DistInfo, device: torch.device) -> dict[str, Any]:
     from aifab.models.tokenizer import load_tokenizer
-    from aifab.train import checkpointing, loop
+    from aifab.train import checkpointing, distributed, loop
     from aifab.train.datasets import dataset_input
-    from aifab.train.text_data import chat_loss
 
     loop.set_deterministic(cfg.deterministic, cfg.threads)
     loop.seed_everything(cfg.seed)
-    device = loop.pick_device(cfg.device)
-    cfg.check_inputs()
+    check_batch(cfg.batch_size, info)
+    # Rank 0 first: a registered base is downloaded once, then found in the cache.
+    main_first(info, cfg.check_inputs)
     version = resolve_dataset(cfg.dataset)
     base_dir = model_directory(cfg.base)
     tokenizer = load_tokenizer(base_dir)
     data = _encode(cfg, version, tokenizer)
-    state, counts = _setup(cfg, base_dir, device, len(data["train"]))
+    state, counts = _setup(cfg, base_dir, info, device, len(data["train"]))
     ckpt_dir = checkpointing.checkpoint_dir(cfg.checkpoint_dir)
-    latest = checkpointing.latest_checkpoint(ckpt_dir)
-    if latest is not None:
-        state.load(latest)
-    run = open_run("lora", cfg, [dataset_input(version)], state.run_id)
-    state.run_id = run.id
-    status = "FAILED"
-    try:
+    state.resume(ckpt_dir)
+    run = attach_run(state, "lora", cfg, lambda: [dataset_input(version)])
+    with ending(run):
         pad = int(tokenizer.pad_token_id or 0)
-
-        def losses(prefix: str = "") -> dict[str, float]:
-            return {
-                f"{prefix}{split}_loss": chat_loss(
-                    state.model, data[split], pad, device, cfg.batch_size, cfg.bf16
-                )
-                for split in ("valid", "test")
-                if split in data
-            }
-
-        metrics = {**counts, **(losses("initial_") if state.step == 0 else {})}
+        initial = _losses(cfg, state, data, pad, device, "initial_") if state.step == 0 else {}
+        metrics = {**counts, **initial}
         metrics.update(_train(cfg, state, data, pad, device, run, ckpt_dir))
-        metrics.update(losses())
-        run.log_metrics(metrics, state.step)
-        out, merged = _save(cfg, state, tokenizer, base_dir, version, metrics)
-        if merged is not None:
-            run.log_artifacts(out, "adapter")
-        model_version = publish(
-            run,
-            merged or out,
-            recipe="lora",
-            cfg=cfg,
-            dataset_ref=version.ref,
-            artifact_path="adapter" if merged is None else "model",
-        )
-        status = "FINISHED"
-        return {
-            "run_id": run.id,
-            "metrics": metrics,
-            "steps": state.step,
-            "resumed_from": state.resumed_from,
-            "model_dir": str(out),
-            "merged_dir": str(merged) if merged is not None else None,
-            "model_version": model_version,
-            "registered_as": cfg.register_as,
-        }
-    finally:
-        run.end(status)
+        metrics.update(_losses(cfg, state, data, pad, device))
+        metrics = distributed.broadcast_object(metrics, info)
+        out = summary(state, cfg, metrics, steps=state.step, merged_dir=None)
+        if run is not None:
+            run.log_metrics(metrics, state.step)
+            out.update(_save(cfg, state, run, tokenizer, base_dir, version, metrics))
+        return out
+
+
+def _losses(
+    cfg: Config,
+    state: TrainState,
+    data: dict[str, list[ChatExample]],
+    pad: int,
+    device: torch.device,
+    prefix: str = "",
+) -> dict[str, float]:
+    """Valid and test loss per assistant token, on rank 0 ({} elsewhere: it logs them)."""
+    from aifab.train.text_data import chat_loss
+
+    if not state.is_main:
+        return {}
+    size, bf16 = cfg.batch_size, cfg.bf16
+    return {
+        f"{prefix}{split}_loss": chat_loss(state.module, data[split], pad, device, size, bf16)
+        for split in ("valid", "test")
+        if split in data
+    }
 
 
 def _encode(cfg: Config, version: VersionInfo, tokenizer: Any) -> dict[str, list[ChatExample]]:
@@ -213,7 +217,7 @@ def _encode(cfg: Config, version: VersionInfo, tokenizer: Any) -> dict[str, list
 
 
 def _setup(
-    cfg: Config, base_dir: Path, device: torch.device, n_train: int
+    cfg: Config, base_dir: Path, info: DistInfo, device: torch.device, n_train: int
 ) -> tuple[TrainState, dict[str, float]]:
     """Load the base, wrap it with LoRA adapters, and build the optimizer over the adapters."""
     import torch
@@ -225,7 +229,7 @@ def _setup(
     )
 
     from aifab.models.checkpoint import load_model
-    from aifab.train import loop
+    from aifab.train import distributed, loop
 
     base, _ = load_model(base_dir)
     peft_cfg = LoraConfig(
@@ -236,9 +240,10 @@ def _setup(
         target_modules=list(cfg.lora.target_modules),
     )
     try:
-        model = get_peft_model(base, peft_cfg).to(device)
+        peft_model = get_peft_model(base, peft_cfg)
     except ValueError as exc:  # e.g. a target module the base does not have
         raise InvalidInputError(f"lora.target_modules: {str(exc).splitlines()[0]}") from None
+    model = distributed.wrap_model(peft_model, info, device)  # DDP syncs the adapters only
     trainable = [p for p in model.parameters() if p.requires_grad]
     n_trainable = sum(p.numel() for p in trainable)
     n_total = sum(p.numel() for p in model.parameters())
@@ -257,7 +262,7 @@ def _setup(
         "trainable_share": n_trainable / n_total,
     }
     adapters = (get_peft_model_state_dict, set_peft_model_state_dict)
-    return TrainState(model, optimizer, scheduler, *adapters), counts
+    return TrainState(model, optimizer, scheduler, *adapters, info=info), counts
 
 
 def total_steps(cfg: Config, n_train: int) -> int:
@@ -288,7 +293,8 @@ def _train(
     accum = cfg.optim.grad_accum
     every = cfg.eval_every or max(1, -(-len(train) // (cfg.batch_size * accum)))  # an epoch
     begin, aside, samples, loss = time.perf_counter(), 0.0, 0, float("nan")
-    with loop.Progress(total, start_step=state.step, enabled=cfg.progress) as bar:
+    show = cfg.progress and state.is_main
+    with loop.Progress(total, start_step=state.step, enabled=show) as bar:
         while state.step < total:
             first = state.step * accum
             rows = [
@@ -303,10 +309,13 @@ def _train(
             bar.update(state.step, loss, sum(len(r) for r in rows))
             step = state.step
             if step % cfg.log_every == 0 or step == total:
-                run.log_metrics({"train_loss": loss, "lr": state.scheduler.get_last_lr()[0]}, step)
+                lr = state.scheduler.get_last_lr()[0]
+                log_metrics(run, {"train_loss": loss, "lr": lr}, step)
             t0 = time.perf_counter()
-            if step % every == 0 and step < total and "valid" in data:
-                valid = chat_loss(state.model, data["valid"], pad, device, cfg.batch_size, cfg.bf16)
+            if step % every == 0 and step < total and "valid" in data and run is not None:
+                valid = chat_loss(
+                    state.module, data["valid"], pad, device, cfg.batch_size, cfg.bf16
+                )
                 run.log_metrics({"valid_loss": valid}, step)
             if (
                 ckpt_dir
@@ -322,32 +331,43 @@ def _train(
 def _save(
     cfg: Config,
     state: TrainState,
+    run: Any,
     tokenizer: Any,
     base_dir: Path,
     version: VersionInfo,
     metrics: dict[str, float],
-) -> tuple[Path, Path | None]:
-    """Write the adapter (PEFT ``save_pretrained``), its tokenizer and sidecar.
+) -> dict[str, Any]:
+    """Write, log and register the adapter (PEFT ``save_pretrained``), tokenizer and sidecar.
 
-    With ``merge``, also ``<output_dir>-merged``: the base with the adapters folded in.
+    With ``merge``, also ``<output_dir>-merged``: the base with the adapters folded in (the
+    one registered then).
 
     Returns:
-        The adapter directory and the merged model's directory (None without ``merge``).
+        ``model_dir`` (the adapter), ``merged_dir`` (or None) and ``model_version``.
     """
     from aifab.core.atomic import atomic_write_text
 
     out = output_dir(cfg.output_dir, "lora", state.run_id)
-    model: Any = state.model.to("cpu")  # a PeftModel
+    model: Any = state.module.to("cpu")  # a PeftModel
     model.save_pretrained(str(out))
     tokenizer.save_pretrained(str(out))
     meta = lineage_meta("lora", state.run_id, version, metrics)
     meta.update(base=cfg.base, base_dir=str(base_dir), lora=cfg.lora.model_dump(mode="json"))
     atomic_write_text(out / ADAPTER_SIDECAR, json.dumps(meta, indent=2, sort_keys=True) + "\n")
-    if not cfg.merge:
-        return out, None
-    merged = out.with_name(out.name + "-merged")
-    _save_merged(model.merge_and_unload(), merged, tokenizer, base_dir, meta)
-    return out, merged
+    merged = None
+    if cfg.merge:
+        merged = out.with_name(out.name + "-merged")
+        _save_merged(model.merge_and_unload(), merged, tokenizer, base_dir, meta)
+        run.log_artifacts(out, "adapter")
+    path = "adapter" if merged is None else "model"
+    version_no = publish(
+        run, merged or out, recipe="lora", cfg=cfg, dataset_ref=version.ref, artifact_path=path
+    )
+    return {
+        "model_dir": str(out),
+        "merged_dir": str(merged) if merged is not None else None,
+        "model_version": version_no,
+    }
 
 
 def _save_merged(
