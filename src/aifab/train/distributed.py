@@ -4,8 +4,9 @@ The process group comes from RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT (gloo on CP
 each rank trains on its shard of every global batch; full state dicts are gathered for rank 0
 to save. ``strategy: deepspeed`` passes the recipe's ``deepspeed`` config (ZeRO stage...) to
 ``deepspeed.initialize`` when ``import deepspeed`` works, and is refused otherwise (DeepSpeed is
-not installed on aifab's CI, so that path is untested). Ray Train is not used: multi-node jobs
-get the same environment variables from the job scheduler's Ray and Volcano executors.
+not installed on aifab's CI, so that path is untested). Multi-node jobs get the same environment
+variables from the job scheduler's Ray and Volcano executors; under Ray Train
+(:mod:`aifab.train.distributed_ray`) the process group Ray made is joined as it is.
 """
 
 from __future__ import annotations
@@ -72,6 +73,13 @@ def init_distributed(device_type: str = "cpu", timeout_s: float = 300.0) -> Dist
     A single replica (no ``WORLD_SIZE`` or ``WORLD_SIZE=1``) gets a plain :class:`DistInfo` and
     no process group. The backend is nccl for CUDA devices, gloo otherwise.
     """
+    if dist.is_initialized():
+        # Ray Train (aifab.train.distributed_ray) made the group already: join it as it is.
+        # Ray sets LOCAL_RANK too, which picks this worker's GPU.
+        local_rank, backend = int(os.environ.get("LOCAL_RANK", "0")), str(dist.get_backend())
+        if backend == "nccl":
+            torch.cuda.set_device(local_rank % torch.cuda.device_count())
+        return DistInfo(dist.get_rank(), dist.get_world_size(), local_rank, backend)
     world = int(os.environ.get("WORLD_SIZE", "1"))
     rank = int(os.environ.get("RANK", "0"))
     local_rank = int(os.environ.get("LOCAL_RANK", str(rank)))
