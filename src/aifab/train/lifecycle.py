@@ -75,16 +75,37 @@ def resolve_dataset(ref: str) -> VersionInfo:
         raise InvalidInputError(f"dataset: {exc.message}") from None
 
 
+#: A base model from the Hugging Face Hub: ``hf:org/name`` (downloaded once into the HF cache).
+HUB_PREFIX = "hf:"
+
+
+def _from_hub(repo_id: str, key: str) -> Path:
+    """A hub model's local snapshot (needs network, or the model already in the HF cache)."""
+    from huggingface_hub import snapshot_download
+    from huggingface_hub.errors import HfHubHTTPError, LocalEntryNotFoundError
+
+    try:
+        return Path(snapshot_download(repo_id))
+    except (LocalEntryNotFoundError, HfHubHTTPError, OSError, ValueError) as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise InvalidInputError(
+            f"{key}: cannot get {repo_id!r} from the model hub: {first}"
+        ) from None
+
+
 def model_directory(base: str, key: str = "base") -> Path:
-    """The local directory of a model given as a directory or a registered ``NAME[@VERSION]``.
+    """The local directory of a base model: a directory, ``NAME[@VERSION]`` or ``hf:org/name``.
 
     Args:
-        base: the directory, or the registered model reference (downloaded once, cached).
+        base: the directory, the registered model reference (downloaded once, cached), or a
+            Hugging Face Hub model as ``hf:org/name``.
         key: the config key named in errors.
 
     Raises:
         InvalidInputError: neither an existing directory nor a registered model.
     """
+    if base.startswith(HUB_PREFIX):
+        return _from_hub(base.removeprefix(HUB_PREFIX), key)
     path = Path(base).expanduser()
     if path.is_dir():
         return path

@@ -279,3 +279,17 @@ def test_shipped_llm_pipeline_configs_validate() -> None:
     pretrain = lm.Config.model_validate(steps["pretrain"]["config"])
     finetune = lora.Config.model_validate(steps["finetune"]["config"])
     assert finetune.base == pretrain.register_as  # lora fine-tunes what lm registered
+
+
+def test_hub_base_without_network_or_cache_is_a_clear_error(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    from aifab.core.errors import InvalidInputError
+    from aifab.train.lifecycle import model_directory
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
+    with pytest.raises(
+        InvalidInputError, match="base: cannot get 'org/tiny-llm' from the model hub"
+    ):
+        model_directory("hf:org/tiny-llm")

@@ -76,7 +76,8 @@ class Config(StrictConfig):
         "or 'prompt' and 'response' columns.",
     )
     base: str = Field(
-        ..., description="Base model: a model directory, or a registered model NAME[@VERSION]."
+        ...,
+        description="Base model: a model directory, a registered NAME[@VERSION], or hf:org/name.",
     )
     split_column: str = Field("split", description="train/valid/test column (else 80/10/10).")
     lora: LoraSettings = Field(default_factory=LoraSettings)
