@@ -9,6 +9,7 @@ register. ``python -m aifab.train.recipes.lm config.yaml [key=value ...]`` runs 
 
 from __future__ import annotations
 
+import json
 import math
 import sys
 import time
@@ -305,6 +306,6 @@ if __name__ == "__main__":
         raise SystemExit("usage: python -m aifab.train.recipes.lm CONFIG [key=value ...]")
     try:
         config = load_recipe_config("lm", sys.argv[1], sys.argv[2:])
-        print(main(config.model_dump(mode="json", by_alias=True)))
+        print(json.dumps(main(config.model_dump(mode="json", by_alias=True)), default=str))
     except InvalidInputError as exc:
         raise SystemExit(f"error: {exc.message}") from None

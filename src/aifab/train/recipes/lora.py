@@ -399,6 +399,6 @@ if __name__ == "__main__":
         raise SystemExit("usage: python -m aifab.train.recipes.lora CONFIG [key=value ...]")
     try:
         config = load_recipe_config("lora", sys.argv[1], sys.argv[2:])
-        print(main(config.model_dump(mode="json", by_alias=True)))
+        print(json.dumps(main(config.model_dump(mode="json", by_alias=True)), default=str))
     except InvalidInputError as exc:
         raise SystemExit(f"error: {exc.message}") from None
