@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -21,6 +22,26 @@ def workspace(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.delenv("AIFAB_DEBUG", raising=False)
     reset_engines()
     yield home
+    reset_engines()
+
+
+@pytest.fixture(scope="module")
+def module_workspace(
+    tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest
+) -> Iterator[Path]:
+    """One AIFAB_HOME for a whole test module (MLflow's schema and models take seconds to make).
+
+    A module uses it by overriding ``workspace`` to return it.
+    """
+    home = tmp_path_factory.mktemp(request.module.__name__.rsplit(".", 1)[-1]) / "ws"
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("AIFAB_HOME", str(home))
+        mp.setenv("AIFAB_ACTOR", "user:test")
+        mp.setenv("HF_HUB_OFFLINE", "1")
+        for name in ("AIFAB_DB_URL", "AIFAB_TRACKING_URI", "AIFAB_CHECKPOINT_DIR", "AIFAB_DEBUG"):
+            mp.delenv(name, raising=False)
+        reset_engines()
+        yield home
     reset_engines()
 
 

@@ -15,26 +15,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from aifab.core.db import reset_engines
 from aifab.core.errors import InvalidInputError
 from aifab.data import commit_query, ingest, resolve
 
 FAST = {"system_metrics": False, "threads": 1, "progress": False}
-
-
-@pytest.fixture(scope="module")
-def shared_home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
-    home = tmp_path_factory.mktemp("train") / "ws"
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("AIFAB_HOME", str(home))
-        mp.setenv("AIFAB_ACTOR", "user:test")
-        mp.setenv("HF_HUB_OFFLINE", "1")
-        mp.delenv("AIFAB_DB_URL", raising=False)
-        mp.delenv("AIFAB_TRACKING_URI", raising=False)
-        mp.delenv("AIFAB_CHECKPOINT_DIR", raising=False)
-        reset_engines()
-        yield home
-    reset_engines()
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -48,13 +32,13 @@ def torch_threads() -> Iterator[None]:
 
 
 @pytest.fixture(autouse=True)
-def workspace(shared_home: Path) -> Path:
+def workspace(module_workspace: Path) -> Path:
     """Overrides the per-test workspace: every test here shares one."""
-    return shared_home
+    return module_workspace
 
 
 @pytest.fixture(scope="module")
-def bc(shared_home: Path) -> dict[str, Any]:
+def bc(module_workspace: Path) -> dict[str, Any]:
     """Breast cancer ingested from CSV, then a registered mlp trained on it."""
     from sklearn.datasets import load_breast_cancer
 
@@ -62,7 +46,7 @@ def bc(shared_home: Path) -> dict[str, Any]:
 
     frame = load_breast_cancer(as_frame=True).frame
     frame.columns = [c.replace(" ", "_") for c in frame.columns]
-    csv = shared_home.parent / "bc.csv"
+    csv = module_workspace.parent / "bc.csv"
     frame.to_csv(csv, index=False)
     ingest("bc", str(csv))
     return main(
@@ -120,14 +104,14 @@ def test_model_lineage_walks_model_run_datasets(bc: dict[str, Any]) -> None:
     assert [n["transform"] for n in ds["lineage"]["nodes"]] == ["ingest"]
 
 
-def test_digits_cnn(shared_home: Path) -> None:
+def test_digits_cnn(module_workspace: Path) -> None:
     from sklearn.datasets import load_digits
 
     from aifab.train.recipes.classify import main
 
     digits = load_digits()
     cols = {f"p{i}": digits.data[:, i].astype("float32") for i in range(64)}
-    path = shared_home.parent / "digits.parquet"
+    path = module_workspace.parent / "digits.parquet"
     pq.write_table(pa.table({**cols, "digit": digits.target}), path)
     ingest("digits", str(path))
     out = main(
@@ -146,7 +130,7 @@ def test_digits_cnn(shared_home: Path) -> None:
     assert out["metrics"]["test_accuracy"] >= 0.97
 
 
-def test_text_classifier_learns_a_keyword(shared_home: Path) -> None:
+def test_text_classifier_learns_a_keyword(module_workspace: Path) -> None:
     from aifab.models.checkpoint import load_model
     from aifab.train.recipes.classify import main
 
@@ -174,7 +158,7 @@ def test_text_classifier_learns_a_keyword(shared_home: Path) -> None:
         if i % 2 == 0:
             text.insert(rng.randrange(len(text) + 1), "excellent")
         rows.append({"review": " ".join(text), "label": "pos" if i % 2 == 0 else "neg"})
-    path = shared_home.parent / "reviews.parquet"
+    path = module_workspace.parent / "reviews.parquet"
     pq.write_table(pa.Table.from_pylist(rows), path)
     ingest("reviews", str(path))
     out = main(
@@ -257,7 +241,7 @@ def test_feature_spec_is_fitted_logged_and_saved_with_the_model(bc: dict[str, An
         main({"dataset": "small", "label": "y", "features": ["a"], "base_model": bc["model_dir"]})
 
 
-def test_early_stopping_stops_and_restores_best(shared_home: Path) -> None:
+def test_early_stopping_stops_and_restores_best(module_workspace: Path) -> None:
     from aifab.train.recipes.classify import main
 
     _small_table()  # the same content commits once: the version is reused
@@ -278,7 +262,7 @@ def test_early_stopping_stops_and_restores_best(shared_home: Path) -> None:
     assert out["metrics"]["best_step"] == 2
 
 
-def test_custom_recipe_logs_into_the_same_run(shared_home: Path, tmp_path: Path) -> None:
+def test_custom_recipe_logs_into_the_same_run(module_workspace: Path, tmp_path: Path) -> None:
     from aifab.track.runs import get_run
     from aifab.train.recipes.custom import main
 
@@ -308,14 +292,14 @@ def test_custom_recipe_logs_into_the_same_run(shared_home: Path, tmp_path: Path)
 
 
 def test_sweep_trial_gets_reports_objective_and_run(
-    shared_home: Path, monkeypatch: pytest.MonkeyPatch
+    module_workspace: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     import optuna
 
     from aifab.train.recipes.classify import main
     from aifab.train.trial import ATTR_OBJECTIVE, ATTR_RUN_ID, open_storage, trial_env
 
-    url = f"sqlite:///{shared_home.parent / 'sweep.db'}"
+    url = f"sqlite:///{module_workspace.parent / 'sweep.db'}"
     storage = open_storage(url)
     study = optuna.create_study(study_name="clf", storage=storage, direction="maximize")
     trial = study.ask()
@@ -330,12 +314,12 @@ def test_sweep_trial_gets_reports_objective_and_run(
     assert not out["pruned"]
 
 
-def test_image_folder_trains_a_cnn(shared_home: Path) -> None:
+def test_image_folder_trains_a_cnn(module_workspace: Path) -> None:
     from PIL import Image
 
     from aifab.train.recipes.classify import main
 
-    root = shared_home.parent / "shapes"
+    root = module_workspace.parent / "shapes"
     for label, value in (("dark", 30), ("light", 220)):
         (root / label).mkdir(parents=True)
         for i in range(12):

@@ -4,14 +4,12 @@ registry, exact resume) and its bad-input errors. One workspace (and MLflow DB) 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
 
-from aifab.core.db import reset_engines
 from aifab.core.errors import InvalidInputError
 from aifab.data import commit_query, ingest
 from aifab.train.kge_eval import evaluate_link_prediction, link_prediction_ranks
@@ -20,24 +18,10 @@ EXAMPLES = Path(__file__).resolve().parents[3] / "examples" / "kg"
 FAST = {"system_metrics": False, "threads": 1, "progress": False}
 
 
-@pytest.fixture(scope="module")
-def shared_home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
-    home = tmp_path_factory.mktemp("kge") / "ws"
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("AIFAB_HOME", str(home))
-        mp.setenv("AIFAB_ACTOR", "user:test")
-        mp.delenv("AIFAB_DB_URL", raising=False)
-        mp.delenv("AIFAB_TRACKING_URI", raising=False)
-        mp.delenv("AIFAB_CHECKPOINT_DIR", raising=False)
-        reset_engines()
-        yield home
-    reset_engines()
-
-
 @pytest.fixture(autouse=True)
-def workspace(shared_home: Path) -> Path:
+def workspace(module_workspace: Path) -> Path:
     """Overrides the per-test workspace: every test here shares one."""
-    return shared_home
+    return module_workspace
 
 
 # ---- metrics ---------------------------------------------------------------------------------
@@ -99,7 +83,7 @@ def test_perfect_scores_give_mrr_one() -> None:
 
 
 @pytest.fixture(scope="module")
-def nations(shared_home: Path) -> str:
+def nations(module_workspace: Path) -> str:
     return ingest("nations", str(EXAMPLES / "data" / "nations.csv")).version.ref
 
 
@@ -167,7 +151,7 @@ def test_resume_from_a_checkpoint_matches_an_uninterrupted_run(
     assert resumed["metrics"]["test_mrr"] == full["metrics"]["test_mrr"]
 
 
-def test_bad_inputs_are_named(shared_home: Path) -> None:
+def test_bad_inputs_are_named(module_workspace: Path) -> None:
     from aifab.train.recipes.kge import main
 
     commit_query(

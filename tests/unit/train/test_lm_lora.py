@@ -6,14 +6,12 @@ from __future__ import annotations
 
 import json
 import warnings
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
 
-from aifab.core.db import reset_engines
 from aifab.core.errors import InvalidInputError
 from aifab.data import commit_query, ingest
 from aifab.train import text_data
@@ -23,25 +21,10 @@ FAST = {"system_metrics": False, "threads": 1, "progress": False}
 LM = {"block_size": 64, "batch_size": 16, "max_steps": 150, "eval_every": 50, **FAST}
 
 
-@pytest.fixture(scope="module")
-def shared_home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
-    home = tmp_path_factory.mktemp("lm") / "ws"
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("AIFAB_HOME", str(home))
-        mp.setenv("AIFAB_ACTOR", "user:test")
-        mp.setenv("HF_HUB_OFFLINE", "1")
-        mp.delenv("AIFAB_DB_URL", raising=False)
-        mp.delenv("AIFAB_TRACKING_URI", raising=False)
-        mp.delenv("AIFAB_CHECKPOINT_DIR", raising=False)
-        reset_engines()
-        yield home
-    reset_engines()
-
-
 @pytest.fixture(autouse=True)
-def workspace(shared_home: Path) -> Path:
+def workspace(module_workspace: Path) -> Path:
     """Overrides the per-test workspace: every test here shares one."""
-    return shared_home
+    return module_workspace
 
 
 @pytest.fixture(scope="module")
@@ -107,7 +90,7 @@ def test_chat_columns_name_the_accepted_shapes() -> None:
 
 
 @pytest.fixture(scope="module")
-def lm(shared_home: Path) -> dict[str, Any]:
+def lm(module_workspace: Path) -> dict[str, Any]:
     from aifab.train.recipes.lm import main
 
     ingest("corpus", str(EXAMPLES / "corpus.jsonl"))
