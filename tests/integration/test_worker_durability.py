@@ -3,7 +3,6 @@ concurrent submitters lose nothing, and two workers on one DB never run a job tw
 
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
 import sys
@@ -18,6 +17,7 @@ from sqlalchemy import func, select
 from aifab.core.db import session_scope
 from aifab.jobs import service
 from aifab.jobs.detect import machine_resources
+from aifab.jobs.executors.procs import group_members
 from aifab.jobs.tables import AttemptRow, WorkerRow
 from aifab.jobs.worker import Worker, WorkerOptions
 
@@ -69,19 +69,8 @@ def spawn(tmp_path: Path) -> Iterator[Callable[..., subprocess.Popen[bytes]]]:
 
 
 def live_members(pgids: list[int]) -> list[int]:
-    """Running (not zombie) processes in the given process groups, read from /proc."""
-    found = []
-    for name in os.listdir("/proc"):
-        if not name.isdigit():
-            continue
-        try:
-            with open(f"/proc/{name}/stat") as fh:
-                fields = fh.read().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        if int(fields[2]) in pgids and fields[0] not in ("Z", "X"):
-            found.append(int(name))
-    return found
+    """Pids of running (not zombie) processes whose process group is one of ``pgids``."""
+    return [pid for pgid in pgids for pid in group_members(pgid)]
 
 
 def wait_for(cond: Callable[[], Any], timeout: float, what: str) -> Any:

@@ -13,6 +13,7 @@ from sqlalchemy import select
 
 from aifab.core.db import session_scope
 from aifab.jobs.detect import machine_resources
+from aifab.jobs.executors import procs
 from aifab.jobs.tables import AttemptRow
 from aifab.jobs.worker import Worker, WorkerOptions
 
@@ -37,18 +38,7 @@ def machine(monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[..., None]]:
 
 def live_members(pgids: list[int]) -> list[int]:
     """Pids of running (not zombie) processes whose process group is one of ``pgids``."""
-    found = []
-    for name in os.listdir("/proc"):
-        if not name.isdigit():
-            continue
-        try:
-            with open(f"/proc/{name}/stat") as fh:
-                fields = fh.read().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        if int(fields[2]) in pgids and fields[0] not in ("Z", "X"):
-            found.append(int(name))
-    return found
+    return [pid for pgid in pgids for pid in procs.group_members(pgid)]
 
 
 @pytest.fixture
