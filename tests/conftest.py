@@ -6,6 +6,7 @@ import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -71,3 +72,50 @@ def cli(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch):
         return CliResult(code, out.out, out.err)
 
     return run
+
+
+EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
+
+
+@pytest.fixture(scope="module")
+def churn_model(module_workspace: Path) -> dict[str, Any]:
+    """The quickstart pipeline run once in the module's workspace: ``churn@champion``.
+
+    A tabular MLP behind a fitted feature transform, registered with its training lineage.
+    The module must use ``module_workspace`` as its ``workspace``.
+    """
+    from aifab.pipeline.runner import run_pipeline
+    from aifab.track.registry import resolve_model
+
+    run_pipeline(EXAMPLES / "quickstart" / "pipeline.yaml")
+    return resolve_model("churn@champion")
+
+
+@pytest.fixture(scope="module")
+def tiny_lm(module_workspace: Path) -> dict[str, Any]:
+    """A tiny causal LM (with a chat-template tokenizer) pre-trained briefly: ``tiny-lm@1``.
+
+    The module must use ``module_workspace`` as its ``workspace``.
+    """
+    from aifab.data import ingest
+    from aifab.track.registry import resolve_model
+    from aifab.train.recipes.lm import main
+
+    ingest("lm_corpus", str(EXAMPLES / "llm" / "data" / "corpus.jsonl"))
+    main(
+        {
+            "dataset": "lm_corpus",
+            "text_column": "text",
+            "model": {"preset": "tiny"},
+            "vocab_size": 384,
+            "block_size": 64,
+            "batch_size": 16,
+            "max_steps": 40,
+            "eval_every": 40,
+            "register": "tiny-lm",
+            "system_metrics": False,
+            "threads": 1,
+            "progress": False,
+        }
+    )
+    return resolve_model("tiny-lm@1")

@@ -179,7 +179,17 @@ def load_data(cfg: Config) -> ClassifyData:
         fractions=cfg.split_fractions,
     )
     kind = modality(cfg)
-    pre: dict[str, Any] = {"modality": kind, "label": cfg.label, "classes": classes}
+    pre: dict[str, Any] = {
+        "modality": kind,
+        "label": cfg.label,
+        "classes": classes,
+        # How rows were split, so an export or an evaluation can find the same test rows.
+        "split": {
+            "column": cfg.split_column if has_split else None,
+            "seed": cfg.seed,
+            "fractions": list(cfg.split_fractions),
+        },
+    }
     data = ClassifyData({}, y, index, classes, kind, {}, pre, [datasets.dataset_input(v)])
     if kind == "text":
         _text_inputs(cfg, table, data)

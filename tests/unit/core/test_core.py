@@ -36,8 +36,10 @@ def test_migrations_match_the_orm_tables() -> None:
     from alembic.migration import MigrationContext
 
     import aifab.data.tables  # noqa: F401 - registers tables on Base
+    import aifab.inference.tables  # noqa: F401
     import aifab.jobs.tables  # noqa: F401
     import aifab.pipeline.tables  # noqa: F401
+    import aifab.serve.tables  # noqa: F401
 
     with get_engine().connect() as conn:
         ctx = MigrationContext.configure(conn, opts={"version_table": VERSION_TABLE})

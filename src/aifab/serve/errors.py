@@ -1,0 +1,123 @@
+"""One JSON error shape for every route (OpenAI's, so its SDKs read our errors too).
+
+``{"error": {"message": ..., "type": ..., "param": ..., "code": ...}}``. Bad input is a 4xx
+naming the field; an unexpected failure is a 500 that names no internals.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from aifab.core.errors import AifabError
+
+log = logging.getLogger("aifab.serve")
+
+__all__ = ["ApiError", "error_body", "install_error_handlers"]
+
+_TYPES = {
+    400: "invalid_request_error",
+    401: "authentication_error",
+    403: "permission_error",
+    404: "not_found_error",
+    409: "conflict_error",
+    413: "invalid_request_error",
+    422: "invalid_request_error",
+    429: "rate_limit_error",
+    503: "unavailable_error",
+}
+
+
+class ApiError(Exception):
+    """An HTTP error with a message for the caller (raised anywhere in a request)."""
+
+    def __init__(
+        self,
+        status: int,
+        message: str,
+        *,
+        param: str | None = None,
+        code: str | None = None,
+        headers: Mapping[str, str] | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.param = param
+        self.code = code
+        self.headers = dict(headers or {})
+
+
+def error_body(
+    status: int, message: str, *, param: str | None = None, code: str | None = None
+) -> dict[str, Any]:
+    """The JSON body of an error response."""
+    kind = _TYPES.get(status, "server_error" if status >= 500 else "invalid_request_error")
+    return {"error": {"message": message, "type": kind, "param": param, "code": code}}
+
+
+def _response(
+    status: int,
+    message: str,
+    *,
+    param: str | None = None,
+    code: str | None = None,
+    headers: Mapping[str, str] | None = None,
+) -> JSONResponse:
+    body = error_body(status, message, param=param, code=code)
+    return JSONResponse(body, status_code=status, headers=dict(headers or {}))
+
+
+def _field(loc: tuple[Any, ...]) -> str:
+    """``("body", "messages", 0, "role")`` -> ``messages[0].role``."""
+    out = ""
+    for part in loc[1:] if loc and loc[0] in ("body", "query", "path", "header") else loc:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out or "body"
+
+
+async def _api_error(_: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, ApiError)
+    return _response(exc.status, exc.message, param=exc.param, code=exc.code, headers=exc.headers)
+
+
+async def _aifab_error(_: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, AifabError)
+    status = exc.http_status if exc.http_status < 500 else 500
+    return _response(status, str(exc) if status < 500 else "internal error")
+
+
+async def _validation_error(_: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, RequestValidationError)
+    errors = list(exc.errors())
+    first = errors[0] if errors else {"loc": (), "msg": "invalid request", "type": ""}
+    if first.get("type") == "json_invalid":
+        return _response(400, f"malformed JSON: {first.get('msg', '')}".rstrip(": "))
+    field = _field(tuple(first.get("loc", ())))
+    more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
+    return _response(422, f"{field}: {first.get('msg', 'invalid')}{more}", param=field)
+
+
+async def _http_error(_: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, StarletteHTTPException)
+    return _response(exc.status_code, str(exc.detail), headers=exc.headers)
+
+
+async def _unexpected(_: Request, exc: Exception) -> JSONResponse:
+    log.exception("unhandled error", exc_info=exc)
+    return _response(500, "internal error")
+
+
+def install_error_handlers(app: FastAPI) -> None:
+    """Answer every error of ``app`` with :func:`error_body` JSON."""
+    app.add_exception_handler(ApiError, _api_error)
+    app.add_exception_handler(AifabError, _aifab_error)
+    app.add_exception_handler(RequestValidationError, _validation_error)
+    app.add_exception_handler(StarletteHTTPException, _http_error)
+    app.add_exception_handler(Exception, _unexpected)

@@ -1,0 +1,43 @@
+"""Metadata tables of the gateway: API keys and their daily token use."""
+
+from __future__ import annotations
+
+import time
+
+from sqlalchemy import Float, Integer, String
+from sqlalchemy.orm import Mapped, mapped_column
+
+from aifab.core.db import Base
+
+
+class ApiKeyRow(Base):
+    """An API key: only its SHA-256 is stored; the secret is shown once at creation."""
+
+    __tablename__ = "api_keys"
+
+    id: Mapped[str] = mapped_column(String(32), primary_key=True)
+    name: Mapped[str] = mapped_column(String(100), nullable=False, default="")
+    #: The first characters of the secret, so a user can tell keys apart in listings.
+    prefix: Mapped[str] = mapped_column(String(16), nullable=False)
+    hash: Mapped[str] = mapped_column(String(64), nullable=False, unique=True)
+    #: ``admin`` | ``developer`` | ``viewer`` | ``client``
+    role: Mapped[str] = mapped_column(String(20), nullable=False)
+    #: Requests per minute (token bucket), or ``None``: unlimited.
+    rate_per_min: Mapped[float | None] = mapped_column(Float)
+    #: Model tokens per UTC day, or ``None``: unlimited.
+    token_quota_day: Mapped[int | None] = mapped_column(Integer)
+    created_by: Mapped[str] = mapped_column(String(100), nullable=False, default="")
+    created_at: Mapped[float] = mapped_column(Float, nullable=False, default=time.time)
+    revoked_at: Mapped[float | None] = mapped_column(Float)
+    last_used_at: Mapped[float | None] = mapped_column(Float)
+
+
+class KeyUsageRow(Base):
+    """Tokens and requests of one key on one UTC day (what token quotas count)."""
+
+    __tablename__ = "key_usage"
+
+    key_id: Mapped[str] = mapped_column(String(32), primary_key=True)
+    day: Mapped[str] = mapped_column(String(10), primary_key=True)
+    tokens: Mapped[int] = mapped_column(Integer, nullable=False, default=0)
+    requests: Mapped[int] = mapped_column(Integer, nullable=False, default=0)
