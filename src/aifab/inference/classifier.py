@@ -1,0 +1,196 @@
+"""The classifier handler: tabular, text and image classify models behind ``/v1/predict``.
+
+Records are checked by ``classifier_inputs``, encoded by ``classifier_encoding`` exactly as
+training encoded dataset rows, and run on torch or ONNX Runtime (the ONNX file is exported once
+and cached beside the downloaded model, or in the workspace cache).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from aifab.core.errors import InvalidInputError
+from aifab.inference.classifier_encoding import Encoder, build_encoder
+from aifab.inference.classifier_inputs import RecordDecoder
+
+__all__ = ["BACKENDS", "ClassifierHandler", "onnx_file"]
+
+BACKENDS = ("torch", "onnx")
+Logits = Callable[[dict[str, np.ndarray]], np.ndarray]
+
+
+class ClassifierHandler:
+    """A classify model: records in, a label and class probabilities out."""
+
+    kind = "classifier"
+
+    def __init__(self) -> None:
+        self.input_columns: list[str] = []
+        self.classes: list[str] = []
+        self.modality = ""
+        self.backend = "torch"
+        self.max_request_items = 1000
+        self._encoder: Encoder | None = None
+        self._decoder: RecordDecoder | None = None
+        self._logits: Logits | None = None
+
+    def setup(
+        self, model_dir: Path, sidecar: Mapping[str, Any], options: Mapping[str, Any]
+    ) -> None:
+        """Load the model and its preprocessing from ``model_dir``.
+
+        Args:
+            model_dir: The model directory (weights, sidecar, transform or tokenizer).
+            sidecar: Its ``aifab-model.json``.
+            options: ``backend`` (torch | onnx), ``max_request_items`` (default 1000),
+                ``threads`` (ONNX Runtime intra-op threads).
+
+        Raises:
+            InvalidInputError: a bad option, or missing or corrupt model files (named).
+        """
+        model_dir = Path(model_dir)
+        backend = str(options.get("backend") or "torch")
+        if backend not in BACKENDS:
+            raise InvalidInputError(f"backend: {backend!r} is not one of {', '.join(BACKENDS)}")
+        limit = options.get("max_request_items", 1000)
+        if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+            raise InvalidInputError(f"max_request_items: expected an integer >= 1, got {limit!r}")
+        encoder = build_encoder(model_dir, sidecar)
+        pre = sidecar["meta"]["preprocess"]
+        self._logits = (
+            _onnx_logits(model_dir, sidecar, options.get("threads"))
+            if backend == "onnx"
+            else _torch_logits(model_dir)
+        )
+        self._encoder = encoder
+        self._decoder = RecordDecoder(encoder.columns, optional=encoder.optional, max_items=limit)
+        self.input_columns = [c.name for c in encoder.columns]
+        self.classes = [str(c) for c in pre["classes"]]
+        self.modality = str(pre["modality"])
+        self.backend = backend
+        self.max_request_items = limit
+
+    def decode(self, payload: Any) -> list[dict[str, Any]]:
+        """``{"records": [{col: value}]}`` or ``{"rows": [[...]]}`` -> checked records.
+
+        Raises:
+            InvalidInputError: missing, unknown or mistyped fields, NULLs the model cannot
+                take, bad images, no rows or too many (the message names the row and field).
+        """
+        assert self._decoder is not None, "setup() first"
+        return self._decoder.decode(payload)
+
+    def encode_inputs(self, records: list[dict[str, Any]]) -> dict[str, np.ndarray]:
+        """Model inputs for ``records``, exactly as training encoded the same raw rows."""
+        assert self._encoder is not None, "setup() first"
+        return self._encoder(records)
+
+    def forward(self, inputs: dict[str, np.ndarray]) -> np.ndarray:
+        """Float32 logits ``(rows, classes)`` of encoded inputs."""
+        assert self._logits is not None, "setup() first"
+        return self._logits(inputs)
+
+    def predict(self, items: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """``{"label", "probabilities": {class: p}}`` per record."""
+        logits = self.forward(self.encode_inputs(items))
+        z = logits.astype(np.float64)
+        z -= z.max(axis=1, keepdims=True)
+        np.exp(z, out=z)
+        z /= z.sum(axis=1, keepdims=True)
+        classes = self.classes
+        return [
+            {"label": classes[k], "probabilities": dict(zip(classes, row, strict=True))}
+            for k, row in zip(logits.argmax(axis=1).tolist(), z.tolist(), strict=True)
+        ]
+
+    def encode(self, output: Any) -> Any:
+        """Predictions are JSON-ready already."""
+        return output
+
+    def describe(self) -> dict[str, Any]:
+        """Input columns (name and type), classes, modality and backend."""
+        columns = self._encoder.columns if self._encoder is not None else []
+        return {
+            "kind": self.kind,
+            "input_columns": [{"name": c.name, "type": c.type} for c in columns],
+            "classes": list(self.classes),
+            "modality": self.modality,
+            "backend": self.backend,
+            "max_request_items": self.max_request_items,
+        }
+
+
+def _torch_logits(model_dir: Path) -> Logits:
+    import torch
+
+    from aifab.models.checkpoint import load_model
+
+    module, _ = load_model(model_dir)
+
+    def run(inputs: dict[str, np.ndarray]) -> np.ndarray:
+        tensors = {k: torch.from_numpy(v) for k, v in inputs.items()}
+        with torch.inference_mode():
+            # As training calls them: mlp/cnn take one tensor, the transformer keywords.
+            out = module(tensors["x"]) if "x" in tensors else module(**tensors)
+        logits: np.ndarray = out.float().numpy()
+        return logits
+
+    return run
+
+
+def _onnx_logits(model_dir: Path, sidecar: Mapping[str, Any], threads: Any) -> Logits:
+    from aifab.inference.onnx_runtime import OrtModel
+
+    model = OrtModel(onnx_file(model_dir, sidecar), threads=int(threads) if threads else None)
+
+    def run(inputs: dict[str, np.ndarray]) -> np.ndarray:
+        return np.asarray(model(inputs), dtype=np.float32)
+
+    return run
+
+
+def onnx_file(model_dir: Path, sidecar: Mapping[str, Any]) -> Path:
+    """The model's ONNX file, exported on first use.
+
+    It goes to ``<model_dir>/onnx/model.onnx`` when the directory is the workspace's download
+    cache of a registry version (immutable, ours to write); otherwise (a user's directory, a
+    read-only one) to ``<workspace>/cache/onnx/<key>/model.onnx``, keyed by the directory,
+    its weights file and sidecar, so a retrained model in the same place exports afresh.
+    """
+    from aifab.core.ids import digest
+    from aifab.core.workspace import get_workspace
+
+    model_dir = Path(model_dir).resolve()
+    cache = (get_workspace().root / "cache").resolve()
+    local = model_dir / "onnx" / "model.onnx"
+    ours = model_dir.is_relative_to(cache / "models") and os.access(model_dir, os.W_OK)
+    if ours and local.is_file():
+        return local
+    weights = model_dir / str(sidecar.get("weights") or "model.safetensors")
+    stat = weights.stat() if weights.is_file() else None
+    key = digest(
+        {
+            "dir": str(model_dir),
+            "weights": [stat.st_size, stat.st_mtime_ns] if stat else None,
+            "sidecar": digest(dict(sidecar)),
+        }
+    )[:16]
+    shared = cache / "onnx" / key / "model.onnx"
+    if shared.is_file():
+        return shared
+    from aifab.inference.onnx_export import sample_inputs, to_onnx
+    from aifab.models.checkpoint import load_model
+
+    module, _ = load_model(model_dir)
+    sample = sample_inputs(sidecar)
+    if ours:
+        try:
+            return to_onnx(module, sample, local)
+        except PermissionError:
+            pass  # e.g. a cache directory made read-only by its owner: fall back to ours
+    return to_onnx(module, sample, shared)
