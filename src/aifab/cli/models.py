@@ -1,13 +1,13 @@
 """``aifab models``: the model registry (list, show, versions, promote an alias, lineage).
 
-The model zoo module adds ``zoo`` to :data:`models_app`.
+The model zoo and export modules add ``zoo`` and ``export`` to :data:`models_app`.
 """
 
 from __future__ import annotations
 
 import typer
 
-from aifab.cli import models_zoo
+from aifab.cli import models_export, models_zoo
 from aifab.cli.output import JSON_HELP, emit, when
 
 models_app = typer.Typer(
@@ -118,6 +118,7 @@ def lineage_command(
 
 
 def register(app: typer.Typer) -> None:
-    """Add the ``models`` group (with ``zoo`` from the model zoo's module) to ``app``."""
+    """Add the ``models`` group (with ``zoo`` and ``export`` from their modules) to ``app``."""
     models_zoo.register_zoo(models_app)
+    models_export.register_export(models_app)
     app.add_typer(models_app, name="models")

@@ -245,3 +245,43 @@ def _fetch(source: str, dst: Path) -> Path:
     from mlflow.artifacts import download_artifacts
 
     return Path(download_artifacts(artifact_uri=source, dst_path=str(dst)))
+
+
+_EXPORT_FORMAT_RE = re.compile(r"^[a-z0-9][a-z0-9\-]{0,39}$")
+
+
+def attach_export(ref: str, local_dir: Path | str, fmt: str) -> str:
+    """Attach exported files to model version ``ref``: the run's ``exports/<fmt>`` artifacts.
+
+    The files of ``local_dir`` are logged to the version's run under ``exports/<fmt>`` (a
+    re-export overwrites them) and the version gets the tag ``aifab.export.<fmt>`` = their URI,
+    so ``aifab models show`` lists the exports.
+
+    Returns:
+        The artifact URI, ``runs:/<run_id>/exports/<fmt>``.
+
+    Raises:
+        InvalidInputError: a malformed format name, a missing directory, or a version with no run.
+        NotFoundError: the model version does not exist.
+    """
+    from mlflow.exceptions import MlflowException
+
+    if not _EXPORT_FORMAT_RE.match(fmt):
+        raise InvalidInputError(f"format {fmt!r}: use lowercase letters, digits and '-'")
+    local = Path(local_dir)
+    if not local.is_dir():
+        raise InvalidInputError(f"{local}: export directory does not exist")
+    mv = resolve_model(ref)
+    where = f"model:{mv['name']}@{mv['version']}"
+    if not mv["run_id"]:
+        raise InvalidInputError(f"{where} has no run to attach exported files to")
+    client = get_client()
+    artifact_path = f"exports/{fmt}"
+    uri = f"runs:/{mv['run_id']}/{artifact_path}"
+    try:
+        client.log_artifacts(mv["run_id"], str(local), artifact_path)
+        client.set_model_version_tag(mv["name"], str(mv["version"]), f"aifab.export.{fmt}", uri)
+    except MlflowException as exc:
+        raise translate_error(exc, where) from None
+    audited("model.export", where, {"format": fmt, "uri": uri})
+    return uri

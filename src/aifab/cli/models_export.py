@@ -1,0 +1,58 @@
+"""``aifab models export``: a registered classifier as ONNX, int8 ONNX or a Triton repository."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from aifab.cli.output import JSON_HELP, emit
+
+_FORMAT_HELP = "onnx (float32), onnx-int8 (quantized, for edge devices) or triton (a model repo)."
+
+
+def _export(
+    ref: str = typer.Argument(..., help="NAME@VERSION or NAME@ALIAS.", show_default=False),
+    fmt: str = typer.Option("onnx", "--format", "-f", help=_FORMAT_HELP),
+    out: Path | None = typer.Option(
+        None, "--out", help="Output directory (default: <workspace>/exports/NAME/vVER/FORMAT)."
+    ),
+    no_attach: bool = typer.Option(
+        False, "--no-attach", help="Do not attach the files to the model version in the registry."
+    ),
+    batch_size: int = typer.Option(64, "--batch-size", help="Rows of the batch timed."),
+    threads: int | None = typer.Option(
+        None, "--threads", help="Threads for torch and onnxruntime (default: torch's)."
+    ),
+    as_json: bool = typer.Option(False, "--json", help=JSON_HELP),
+) -> None:
+    """Export a classifier and report size, latency, output difference and accuracy vs torch."""
+    from aifab.inference.export import export_model
+
+    report = export_model(
+        ref, fmt, out_dir=out, attach=not no_attach, batch_size=batch_size, threads=threads
+    )
+    if as_json:
+        emit(report, True)
+        return
+    lat, acc = report["latency_ms"], report["accuracy"]
+    rows = {
+        "path": report["path"],
+        "files": ", ".join(report["files"]),
+        "size": f"{report['size_bytes']:,} B ({report['size_ratio']:.2f}x torch's "
+        f"{report['torch_size_bytes']:,} B)",
+        "latency": f"{lat['exported']:.3f} ms vs torch {lat['torch']:.3f} ms "
+        f"({report['speedup']}x; batch {report['latency_batch']}, {report['threads']} threads)",
+        "max_abs_diff": f"{report['max_abs_diff']:.3g}",
+        "accuracy": "; ".join(report["notes"]) or "no test split"
+        if acc is None
+        else f"{acc['exported']:.4f} vs torch {acc['torch']:.4f} "
+        f"(delta {acc['delta'] * 100:+.2f} points, {report['test_rows']} test rows)",
+        "attached": report.get("artifact_uri") or "no",
+    }
+    emit(rows, False, title=f"{report['model']} -> {report['format']}")
+
+
+def register_export(models_app: typer.Typer) -> None:
+    """Add the ``export`` command to the ``aifab models`` group."""
+    models_app.command("export")(_export)
