@@ -36,6 +36,7 @@ def test_shipped_files_are_valid_and_small() -> None:
         "features",
         "train",
         "register",
+        "deploy",
     ]
     data = QUICKSTART / "data" / "customers.csv"
     assert data.stat().st_size < 300_000
@@ -68,7 +69,8 @@ def test_quickstart_runs_end_to_end_then_skips(cli: Any) -> None:
     assert r.exit_code == 0, r.stderr
     run = json.loads(r.stdout)
     assert run["status"] == "succeeded"
-    assert [s["status"] for s in run["steps"]] == ["succeeded"] * 8
+    assert [s["status"] for s in run["steps"]] == ["succeeded"] * 9
+    assert run["steps"][8]["outputs"]["details"]["action"] == "created"
 
     raw, clean, valid = (
         resolve(n) for n in ("customers_raw", "customers_clean", "customers_valid")
@@ -120,8 +122,32 @@ def test_quickstart_runs_end_to_end_then_skips(cli: Any) -> None:
 
     r = cli("demo")  # same pipeline file: nothing changed, so every step is skipped
     assert r.exit_code == 0, r.stderr
-    assert r.stdout.count("skipped") == 8
+    assert r.stdout.count("skipped") == 8  # the deploy step always runs (a no-op here)
+    assert "deployment churn -> churn@champion, unchanged" in r.stdout
+    _check_demo_serving(r.stdout)
     assert f"customers_features@1 ({features.num_rows} rows)" in r.stdout
     assert "quarantined rows" in r.stdout and "csv.missing_columns" in r.stdout
     assert str(artifact) in r.stdout
     assert "aifab data lineage customers_features" in r.stdout
+
+
+def _check_demo_serving(stdout: str) -> None:
+    """The demo ends with `aifab serve` and a curl command whose key and body really work."""
+    import shlex
+
+    from aifab.inference.loading import load_served_model
+    from aifab.serve.keys import authenticate
+
+    assert "  aifab serve\n" in stdout
+    curl = next(line.strip() for line in stdout.splitlines() if line.strip().startswith("curl "))
+    args = shlex.split(curl)
+    assert args[2] == "http://127.0.0.1:8000/v1/predict/churn"
+    auth = args[args.index("-H") + 1]
+    key = authenticate(auth.removeprefix("Authorization: Bearer "))
+    assert key is not None and key.role == "client" and key.name == "demo"
+    body = json.loads(args[args.index("-d") + 1])
+    assert len(body["records"]) == 1
+    assert not {"label", "split"} & set(body["records"][0])
+    handler = load_served_model("churn@champion").handler
+    (prediction,) = handler.predict(handler.decode(body))
+    assert prediction["label"] in ("churn", "stay")

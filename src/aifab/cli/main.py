@@ -11,7 +11,19 @@ import sys
 
 import typer
 
-from aifab.cli import audit, data, jobs, models, pipeline, queue, runs, train, workspace
+from aifab.cli import (
+    audit,
+    data,
+    deploy,
+    jobs,
+    keys,
+    models,
+    pipeline,
+    queue,
+    runs,
+    train,
+    workspace,
+)
 from aifab.cli.output import error_line
 
 app = typer.Typer(
@@ -38,6 +50,8 @@ jobs.register(app)
 queue.register(app)
 runs.register(app)
 models.register(app)
+deploy.register(app)
+keys.register(app)
 app.add_typer(data.app, name="data")
 app.add_typer(audit.app, name="audit")
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 from pathlib import Path
@@ -57,10 +58,14 @@ def register(app: typer.Typer) -> None:
 
         path = _quickstart()
         result = run_pipeline(path, force=force)
+        serving = _demo_serving(result) if result.ok else None
         if as_json:
-            print_json({**result.to_dict(), "quarantine": _quarantine_counts(result)})
+            quarantine = _quarantine_counts(result)
+            print_json({**result.to_dict(), "quarantine": quarantine, "serving": serving})
         else:
             _show_demo(result, path)
+            if serving is not None:
+                _show_serving(serving)
         _exit_on_failure(result)
 
 
@@ -91,7 +96,10 @@ def _exit_on_failure(result: RunResult) -> None:
 def _outputs_text(outputs: dict[str, Any]) -> str:
     parts = [f"{d['ref']} ({d['rows']} rows)" for d in outputs.get("datasets", [])]
     details = outputs.get("details", {})
-    if "model" in details:  # a register step
+    if "deployment" in details:  # a deploy step
+        parts.append(f"deployment {details['deployment']} -> {details['model']}")
+        parts.append(str(details.get("action", "")))
+    elif "model" in details:  # a register step
         alias = f" ({details['alias']})" if details.get("alias") else ""
         parts.append(f"model {details['model']}{alias}")
     elif "run_id" in details:  # a train step
@@ -154,3 +162,65 @@ def _show_demo(result: RunResult, path: Path) -> None:
     emit("next, try:", False)
     for cmd in _NEXT_COMMANDS:
         emit("  " + cmd.format(**names), False)
+
+
+def _demo_serving(result: RunResult) -> dict[str, Any] | None:
+    """A fresh client key and a ready-to-paste request for the deployment the demo made."""
+    import shlex
+
+    from aifab.serve.keys import create_key
+
+    deployed = [s.outputs["details"] for s in result.steps if s.uses == "deploy" and s.outputs]
+    if not deployed or "deployment" not in deployed[-1]:
+        return None
+    name, model = deployed[-1]["deployment"], deployed[-1]["model"]
+    # A secret is shown only once, so every demo run makes (and prints) a new key.
+    key, secret = create_key("client", name="demo")
+    body = json.dumps({"records": [_example_record(model)]}, default=_json_value)
+    curl = (
+        f"curl -s http://127.0.0.1:8000/v1/predict/{name} "
+        f'-H "Authorization: Bearer {secret}" -H "Content-Type: application/json" '
+        f"-d {shlex.quote(body)}"
+    )
+    return {"deployment": name, "model": model, "key_id": key["id"], "key": secret, "curl": curl}
+
+
+def _example_record(model: str) -> dict[str, Any]:
+    """One raw row of the model's training data with just the columns the model takes."""
+    from aifab.data import head
+    from aifab.models.checkpoint import read_sidecar
+    from aifab.track.registry import download_model
+
+    model_dir = download_model(model)
+    meta = read_sidecar(model_dir).get("meta") or {}
+    preprocess = meta.get("preprocess") or {}
+    transform = preprocess.get("feature_transform") or {}
+    if transform.get("file"):
+        # The serving handler takes the transform's input columns (plus its passthrough ones).
+        saved = json.loads((model_dir / transform["file"]).read_text(encoding="utf-8"))
+        columns = [f["column"] for f in saved["spec"]["features"]] + saved["passthrough"]
+    else:
+        columns = [*(preprocess.get("features") or []), preprocess.get("text_column")]
+    drop = {preprocess.get("label"), (preprocess.get("split") or {}).get("column"), None}
+    ref = (meta.get("datasets") or [{}])[0].get("ref")
+    row = (head(ref, 1).to_pylist() or [{}])[0] if ref else {}
+    return {c: row[c] for c in dict.fromkeys(columns) if c not in drop and c in row}
+
+
+def _json_value(value: Any) -> Any:
+    """Dates as ISO strings (what the server's JSON decoding expects), anything else as text."""
+    return value.isoformat() if hasattr(value, "isoformat") else str(value)
+
+
+def _show_serving(serving: dict[str, Any]) -> None:
+    emit("", False)
+    emit(f"deployed {serving['model']} as {serving['deployment']!r}; serve it with:", False)
+    emit("  aifab serve", False)
+    emit(
+        f"a client API key was made for this demo (id {serving['key_id']}); its secret is shown "
+        "only now, and each 'aifab demo' run makes a new one:",
+        False,
+    )
+    emit(f"  {serving['key']}", False)
+    emit("then, in another terminal, ask the model about one customer:", False)
+    emit(f"  {serving['curl']}", False)

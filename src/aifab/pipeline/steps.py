@@ -32,6 +32,7 @@ STEPS = Registry(
         "features": "aifab.pipeline.steps:features",
         "train": "aifab.pipeline.train_steps:train",
         "register": "aifab.pipeline.train_steps:register",
+        "deploy": "aifab.pipeline.serve_steps:deploy",
     },
 )
 

@@ -45,6 +45,11 @@ def test_shipped_yaml_validates(path: Path) -> None:
             spec = step.with_.get("spec")
             if isinstance(spec, str) and step.uses in SPEC_MODELS:
                 load_config(_model(SPEC_MODELS[step.uses]), path.parent / spec)
+            if step.uses == "deploy":
+                from aifab.pipeline.serve_steps import DeployParams
+                from aifab.pipeline.spec import validate_params
+
+                validate_params(DeployParams, step.with_, f"step {step.name!r}: with")
             if step.uses == "train":
                 from aifab.train.submit import load_recipe_config
 

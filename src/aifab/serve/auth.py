@@ -1,0 +1,157 @@
+"""Who is calling, and may they: the ``require(permission)`` FastAPI dependency of every route.
+
+It reads the key (``Authorization: Bearer`` or ``X-API-Key``), answers 401 (no, unknown or
+revoked key), 403 (the role lacks the permission) or 429 (over the key's rate or token quota),
+and leaves a :class:`Principal` on ``request.state.principal``. Secrets are never logged.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+
+from fastapi import Depends, FastAPI, Request
+from fastapi.security import APIKeyHeader, HTTPAuthorizationCredentials, HTTPBearer
+
+from aifab.serve.errors import ApiError
+from aifab.serve.keys import PERMISSIONS, KeyInfo, authenticate, hash_secret
+from aifab.serve.limits import retry_after
+
+__all__ = ["KeyCache", "Principal", "forget_keys", "require"]
+
+_ALL_PERMISSIONS = frozenset().union(*PERMISSIONS.values())
+_UNAUTHORIZED = {"WWW-Authenticate": "Bearer"}
+_bearer = HTTPBearer(auto_error=False, description="An aifab API key: `aifab keys create`.")
+_api_key = APIKeyHeader(name="X-API-Key", auto_error=False, description="An aifab API key.")
+
+
+@dataclass(frozen=True)
+class Principal:
+    """The caller of a request: its key's id, name and role (and the key's limits)."""
+
+    key_id: str
+    name: str
+    role: str
+    key: KeyInfo | None = None
+
+    @property
+    def actor(self) -> str:
+        """The audit actor of this caller: wrap state changes in ``acting_as(p.actor)``."""
+        return f"key:{self.key_id}"
+
+
+class KeyCache:
+    """Recent :func:`authenticate` answers by secret hash, so most requests skip the DB.
+
+    Args:
+        ttl_s: how long an answer is reused: a revoked key keeps working at most this long.
+        max_entries: the cache is emptied beyond this (random bad keys must not grow it).
+    """
+
+    def __init__(self, ttl_s: float = 1.0, max_entries: int = 10_000) -> None:
+        self.ttl_s = ttl_s
+        self.max_entries = max_entries
+        self._entries: dict[str, tuple[KeyInfo | None, float]] = {}
+        self._lock = threading.Lock()
+
+    def get(self, secret: str) -> KeyInfo | None:
+        """The active key of ``secret``, or None."""
+        digest = hash_secret(secret)
+        now = time.monotonic()
+        with self._lock:
+            hit = self._entries.get(digest)
+        if hit is not None and hit[1] > now:
+            return hit[0]
+        info = authenticate(secret)
+        if self.ttl_s > 0:
+            with self._lock:
+                if len(self._entries) >= self.max_entries:
+                    self._entries.clear()
+                self._entries[digest] = (info, now + self.ttl_s)
+        return info
+
+    def invalidate(self) -> None:
+        """Forget every cached answer (after revoking a key in this process)."""
+        with self._lock:
+            self._entries.clear()
+
+
+def _cache(app: FastAPI) -> KeyCache:
+    cache = getattr(app.state, "key_cache", None)
+    if cache is None:
+        cache = app.state.key_cache = KeyCache()
+    return cache
+
+
+def forget_keys(app: FastAPI) -> None:
+    """Make the app re-read keys now (call after revoking a key through the app)."""
+    _cache(app).invalidate()
+
+
+def _authorize(request: Request, secret: str | None, permission: str) -> Principal:
+    if not secret:
+        raise ApiError(
+            401,
+            "missing API key: send 'Authorization: Bearer <key>' or an 'X-API-Key' header",
+            code="missing_api_key",
+            headers=_UNAUTHORIZED,
+        )
+    key = _cache(request.app).get(secret)
+    if key is None:
+        raise ApiError(
+            401, "invalid or revoked API key", code="invalid_api_key", headers=_UNAUTHORIZED
+        )
+    if permission not in PERMISSIONS.get(key.role, frozenset()):
+        raise ApiError(
+            403,
+            f"role {key.role!r} of key {key.id} lacks permission {permission!r}",
+            code="permission_denied",
+        )
+    limiter = getattr(request.app.state, "limiter", None)
+    if limiter is not None:
+        wait = limiter.check(key.id, key.rate_per_min)
+        if wait is not None:
+            raise ApiError(
+                429,
+                f"rate limit of key {key.id} ({key.rate_per_min:g}/min) exceeded; "
+                f"retry in {retry_after(wait)} s",
+                code="rate_limit_exceeded",
+                headers={"Retry-After": retry_after(wait)},
+            )
+    quota = getattr(request.app.state, "quota", None)
+    if quota is not None:
+        if permission == "invoke":
+            quota.check(key)
+        quota.add(key.id, 0, requests=1)
+    principal = Principal(key.id, key.name, key.role, key)
+    request.state.principal = principal
+    return principal
+
+
+def require(permission: str) -> Callable[..., Awaitable[Principal]]:
+    """A FastAPI dependency admitting keys whose role has ``permission``.
+
+    Use ``Depends(require("invoke"))`` (or in ``dependencies=[...]``). It uses
+    ``request.app.state.limiter`` (:class:`~aifab.serve.limits.RateLimiter`) and
+    ``request.app.state.quota`` (:class:`~aifab.serve.limits.TokenQuota`; checked for
+    ``invoke``) when the app has them, and caches keys on ``app.state.key_cache``.
+
+    Raises:
+        ValueError: ``permission`` is not one any role has.
+    """
+    if permission not in _ALL_PERMISSIONS:
+        known = ", ".join(sorted(_ALL_PERMISSIONS))
+        raise ValueError(f"unknown permission {permission!r} (known: {known})")
+
+    async def dependency(
+        request: Request,
+        bearer: HTTPAuthorizationCredentials | None = Depends(_bearer),
+        api_key: str | None = Depends(_api_key),
+    ) -> Principal:
+        secret = bearer.credentials if bearer is not None else api_key
+        return _authorize(request, secret, permission)
+
+    dependency.__name__ = f"require_{permission}"
+    return dependency

@@ -1,0 +1,244 @@
+"""API keys of the gateway: roles and permissions, creation (shown once), listing, revocation.
+
+Only a key's SHA-256 is stored, so looking a secret up by its hash is the comparison, and a
+leaked database leaks no usable key.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import secrets
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import select
+
+from aifab.core.actor import current_actor
+from aifab.core.audit import record_event
+from aifab.core.db import session_scope
+from aifab.core.errors import InvalidInputError, NotFoundError
+from aifab.core.ids import new_id
+from aifab.serve.tables import ApiKeyRow
+
+__all__ = [
+    "PERMISSIONS",
+    "ROLES",
+    "KeyInfo",
+    "authenticate",
+    "create_key",
+    "get_key",
+    "hash_secret",
+    "list_keys",
+    "parse_quota",
+    "parse_rate",
+    "revoke_key",
+]
+
+ROLES = ("admin", "developer", "viewer", "client")
+#: What each role may do: clients call models and push data, viewers read, developers deploy,
+#: admins also manage keys.
+PERMISSIONS: dict[str, frozenset[str]] = {
+    "admin": frozenset({"invoke", "read", "deploy", "ingest", "keys"}),
+    "developer": frozenset({"invoke", "read", "deploy", "ingest"}),
+    "viewer": frozenset({"read"}),
+    "client": frozenset({"invoke", "ingest"}),
+}
+SECRET_PREFIX = "aifab-"
+#: Characters of the secret kept in clear, so people can tell their keys apart.
+PREFIX_CHARS = 12
+_PER_MINUTE = {
+    "s": 60.0,
+    "sec": 60.0,
+    "second": 60.0,
+    "m": 1.0,
+    "min": 1.0,
+    "minute": 1.0,
+    "h": 1 / 60,
+    "hr": 1 / 60,
+    "hour": 1 / 60,
+    "d": 1 / 1440,
+    "day": 1 / 1440,
+}
+_NAME_RE = re.compile(r"^[\w.\- ]{0,100}$")
+_NONE = ("none", "unlimited", "")
+
+
+@dataclass(frozen=True)
+class KeyInfo:
+    """What the gateway knows about an authenticated key (never the secret)."""
+
+    id: str
+    name: str
+    role: str
+    rate_per_min: float | None
+    token_quota_day: int | None
+
+
+def hash_secret(secret: str) -> str:
+    """The stored form of a secret: its SHA-256, hex."""
+    return hashlib.sha256(secret.encode("utf-8")).hexdigest()
+
+
+def parse_rate(rate: str | float | None) -> float | None:
+    """A rate limit as requests per minute: ``600/min``, ``10/s``, ``1000/h``; ``none``: no limit.
+
+    A bare number is per minute.
+
+    Raises:
+        InvalidInputError: not ``N/unit`` with N > 0 and unit s, min, h or day.
+    """
+    if rate is None:
+        return None
+    if isinstance(rate, int | float) and not isinstance(rate, bool):
+        number, unit = float(rate), "min"
+    else:
+        text = str(rate).strip().lower()
+        if text in _NONE:
+            return None
+        amount, _, unit = text.partition("/")
+        unit = unit.strip() or "min"
+        try:
+            number = float(amount)
+        except ValueError:
+            number = -1.0
+    if unit not in _PER_MINUTE or not number > 0 or number == float("inf"):
+        raise InvalidInputError(
+            f"rate {rate!r}: expected N/s, N/min, N/h or N/day with N > 0, or 'none'"
+        )
+    return number * _PER_MINUTE[unit]
+
+
+def parse_quota(quota: str | int | None) -> int | None:
+    """A token quota per UTC day: ``100000``, ``100000/day``; ``none``: no quota.
+
+    Raises:
+        InvalidInputError: not a positive whole number of tokens per day.
+    """
+    if quota is None:
+        return None
+    if isinstance(quota, bool):
+        raise InvalidInputError(f"token quota {quota!r}: expected N/day or 'none'")
+    if isinstance(quota, int):
+        value = quota
+    else:
+        text = str(quota).strip().lower()
+        if text in _NONE:
+            return None
+        amount, sep, unit = text.partition("/")
+        if (sep and unit.strip() not in ("day", "d")) or not amount.strip().isdigit():
+            raise InvalidInputError(f"token quota {quota!r}: expected N/day or 'none'")
+        value = int(amount)
+    if value <= 0:
+        raise InvalidInputError(f"token quota {quota!r}: must be > 0 (or 'none')")
+    return value
+
+
+def _record(row: ApiKeyRow) -> dict[str, Any]:
+    return {
+        "id": row.id,
+        "name": row.name,
+        "prefix": row.prefix,
+        "role": row.role,
+        "rate_per_min": row.rate_per_min,
+        "token_quota_day": row.token_quota_day,
+        "active": row.revoked_at is None,
+        "created_by": row.created_by,
+        "created_at": row.created_at,
+        "revoked_at": row.revoked_at,
+        "last_used_at": row.last_used_at,
+    }
+
+
+def create_key(
+    role: str,
+    *,
+    name: str = "",
+    rate: str | float | None = "600/min",
+    token_quota: str | int | None = None,
+) -> tuple[dict[str, Any], str]:
+    """Create an API key.
+
+    Args:
+        role: ``admin`` | ``developer`` | ``viewer`` | ``client``.
+        name: a label for people (need not be unique).
+        rate: requests per key, e.g. ``600/min`` (see :func:`parse_rate`); None: unlimited.
+        token_quota: model tokens per UTC day (see :func:`parse_quota`); None: unlimited.
+
+    Returns:
+        The key's record and its secret. The secret is not stored and cannot be shown again.
+
+    Raises:
+        InvalidInputError: an unknown role, a bad name, rate or quota.
+    """
+    if role not in ROLES:
+        raise InvalidInputError(f"role {role!r}: use one of {', '.join(ROLES)}")
+    if not isinstance(name, str) or not _NAME_RE.match(name):
+        raise InvalidInputError(
+            f"name {name!r}: up to 100 letters, digits, spaces, '.', '_' or '-'"
+        )
+    rate_per_min, quota = parse_rate(rate), parse_quota(token_quota)
+    secret = SECRET_PREFIX + secrets.token_urlsafe(32)
+    with session_scope() as s:
+        row = ApiKeyRow(
+            id=new_id("key"),
+            name=name.strip(),
+            prefix=secret[:PREFIX_CHARS],
+            hash=hash_secret(secret),
+            role=role,
+            rate_per_min=rate_per_min,
+            token_quota_day=quota,
+            created_by=current_actor(),
+            created_at=time.time(),
+        )
+        s.add(row)
+        s.flush()
+        params = {"name": row.name, "role": role, "rate_per_min": rate_per_min, "quota": quota}
+        record_event(s, "key.create", f"key:{row.id}", params)
+        return _record(row), secret
+
+
+def list_keys(*, include_revoked: bool = True) -> list[dict[str, Any]]:
+    """Every key, oldest first, without hashes or secrets."""
+    q = select(ApiKeyRow).order_by(ApiKeyRow.created_at, ApiKeyRow.id)
+    if not include_revoked:
+        q = q.where(ApiKeyRow.revoked_at.is_(None))
+    with session_scope() as s:
+        return [_record(r) for r in s.scalars(q)]
+
+
+def get_key(key_id: str) -> dict[str, Any]:
+    """One key's record. Raises NotFoundError for an unknown id."""
+    with session_scope() as s:
+        row = s.get(ApiKeyRow, key_id)
+        if row is None:
+            raise NotFoundError(f"no API key {key_id!r} (see 'aifab keys list')")
+        return _record(row)
+
+
+def revoke_key(key_id: str) -> dict[str, Any]:
+    """Revoke a key: it stops working (servers notice within a second). Revoking twice is a no-op.
+
+    Raises:
+        NotFoundError: no key has this id.
+    """
+    with session_scope() as s:
+        row = s.get(ApiKeyRow, key_id)
+        if row is None:
+            raise NotFoundError(f"no API key {key_id!r} (see 'aifab keys list')")
+        if row.revoked_at is None:
+            row.revoked_at = time.time()
+            record_event(s, "key.revoke", f"key:{key_id}", {"name": row.name, "role": row.role})
+        return _record(row)
+
+
+def authenticate(secret: str) -> KeyInfo | None:
+    """The active key whose secret this is, or None (unknown, malformed or revoked)."""
+    if not secret or not secret.startswith(SECRET_PREFIX) or len(secret) > 200:
+        return None
+    with session_scope() as s:
+        row = s.scalar(select(ApiKeyRow).where(ApiKeyRow.hash == hash_secret(secret)))
+        if row is None or row.revoked_at is not None:
+            return None
+        return KeyInfo(row.id, row.name, row.role, row.rate_per_min, row.token_quota_day)
