@@ -21,6 +21,7 @@ from aifab.cli import (
     pipeline,
     queue,
     runs,
+    serve,
     train,
     workspace,
 )
@@ -52,6 +53,7 @@ runs.register(app)
 models.register(app)
 deploy.register(app)
 keys.register(app)
+serve.register(app)
 app.add_typer(data.app, name="data")
 app.add_typer(audit.app, name="audit")
 

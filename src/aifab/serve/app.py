@@ -1,0 +1,98 @@
+"""The FastAPI app: the gateway (keys, limits, routing) and every deployment behind it.
+
+``create_app`` wires the routers and error handlers; its lifespan starts the deployment
+manager, the request logger and the key limits, and stops them on shutdown.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+from fastapi import FastAPI
+
+from aifab.serve.errors import install_error_handlers
+from aifab.serve.metrics import Metrics
+
+log = logging.getLogger("aifab.serve")
+
+__all__ = ["create_app"]
+
+_ROUTERS = (
+    "aifab.serve.routes.health",
+    "aifab.serve.routes.predict",
+    "aifab.serve.routes.openai",
+    "aifab.serve.routes.deployments",
+    "aifab.serve.routes.keys",
+    "aifab.serve.routes.data",
+    "aifab.serve.routes.requests",
+)
+
+
+def create_app(*, reconcile_interval_s: float = 1.0, request_log_sample: float = 1.0) -> FastAPI:
+    """The server app.
+
+    Args:
+        reconcile_interval_s: how often the deployments table is polled for changes.
+        request_log_sample: share of successful requests written to the request log (0-1);
+            errors are always logged.
+
+    Returns:
+        The app; serve it with uvicorn (``aifab serve`` does).
+    """
+    from aifab.inference.request_log import RequestLogger
+    from aifab.serve.limits import RateLimiter, TokenQuota
+    from aifab.serve.manager import DeploymentManager
+
+    metrics = Metrics()
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        from aifab.core.db import get_engine
+
+        get_engine()  # a fresh workspace gets its schema before the first query
+        app.state.request_log = RequestLogger(sample_rate=request_log_sample)
+        app.state.limiter = RateLimiter()
+        app.state.quota = TokenQuota()
+        manager = DeploymentManager(
+            interval_s=reconcile_interval_s,
+            on_batch=metrics.observe_batch,
+            on_ready=metrics.set_ready,
+        )
+        app.state.manager = manager
+        await manager.start()
+        try:
+            yield
+        finally:
+            await manager.stop()
+            app.state.request_log.close()
+            close = getattr(app.state.quota, "close", None)
+            if close is not None:
+                close()
+
+    app = FastAPI(
+        title="aifab",
+        summary="Models behind one gateway: predictions, OpenAI-compatible LMs, keys, canaries.",
+        version=_version(),
+        lifespan=lifespan,
+    )
+    app.state.metrics = metrics
+    install_error_handlers(app)
+    for module in _ROUTERS:
+        if importlib.util.find_spec(module) is None:
+            log.warning("router %s is not installed; its routes are off", module)
+            continue
+        app.include_router(importlib.import_module(module).router)
+    return app
+
+
+def _version() -> str:
+    try:
+        from importlib.metadata import version
+
+        return version("aifab")
+    except Exception:  # noqa: BLE001 - running from a source tree without metadata
+        return "0"

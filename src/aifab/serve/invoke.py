@@ -1,0 +1,220 @@
+"""The request path every model route shares: run items through a target, count, log.
+
+``invoke`` submits decoded items to the target's batcher and records the request (metrics,
+sampled request log, token counts) whatever the outcome; ``record`` does the recording alone,
+for routes that answer otherwise (streaming) or fail before ``invoke`` (decode errors).
+Token counts come from outputs that carry ``prompt_tokens`` / ``completion_tokens``
+(language-model results), so routes need not count them again; ``record`` adds them to the
+metrics and to the key's daily token quota (``app.state.quota``).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Mapping
+from typing import Any
+
+from fastapi import Request
+
+from aifab.core.errors import AifabError, InvalidInputError
+from aifab.serve.errors import ApiError
+
+log = logging.getLogger("aifab.serve")
+
+__all__ = ["invoke", "key_id", "record", "route_name"]
+
+#: At most this many items of one request go into its request-log entry.
+LOG_ITEMS = 100
+
+
+def key_id(request: Request) -> str:
+    """The id of the API key behind ``request`` (``-`` when unauthenticated)."""
+    principal = getattr(request.state, "principal", None)
+    return str(getattr(principal, "key_id", None) or "-")
+
+
+def route_name(request: Request) -> str:
+    """The route's path template (``/v1/predict/{deployment}``): few label values."""
+    route = request.scope.get("route")
+    return str(getattr(route, "path", None) or request.url.path)
+
+
+def record(
+    request: Request,
+    deployment: str,
+    *,
+    status: int,
+    started: float,
+    model: str | None = None,
+    route: str | None = None,
+    input: Mapping[str, Any] | None = None,
+    output: Mapping[str, Any] | None = None,
+    prompt_tokens: int = 0,
+    completion_tokens: int = 0,
+) -> None:
+    """Record one answered request: metrics, tokens (and quota), sampled request log.
+
+    Args:
+        request: the request (its app holds metrics, request_log, quota; its principal the key).
+        deployment: the deployment name.
+        status: the HTTP status answered.
+        started: ``time.perf_counter()`` when the route began.
+        model: the ``name@version`` that answered, if one did.
+        route: metric/log label; defaults to the route's path template.
+        input: request-log input (features, or ``{"prompt_tokens": n}``).
+        output: request-log output (prediction, or ``{"completion_tokens": n}``).
+        prompt_tokens: prompt tokens used (language models).
+        completion_tokens: generated tokens (language models).
+    """
+    latency = time.perf_counter() - started
+    state = request.app.state
+    key = key_id(request)
+    route = route or route_name(request)
+    metrics = getattr(state, "metrics", None)
+    if metrics is not None:
+        metrics.observe_request(deployment, route, status, key, latency)
+        if prompt_tokens or completion_tokens:
+            metrics.add_tokens(deployment, key, prompt_tokens, completion_tokens)
+    tokens = prompt_tokens + completion_tokens
+    quota = getattr(state, "quota", None)
+    if tokens and quota is not None and key != "-":
+        quota.add(key, tokens)
+    logger = getattr(state, "request_log", None)
+    if logger is not None:  # it samples successes itself
+        logger.log(
+            {
+                "ts": time.time(),
+                "deployment": deployment,
+                "model_version": model,
+                "key_id": None if key == "-" else key,
+                "route": route,
+                "status": status,
+                "latency_ms": latency * 1000.0,
+                "input": dict(input) if input is not None else None,
+                "output": dict(output) if output is not None else None,
+                "tokens": tokens,
+            }
+        )
+
+
+async def invoke(
+    request: Request,
+    served: Any,
+    target: Any,
+    items: list[Any],
+    *,
+    started: float | None = None,
+    route: str | None = None,
+    input: Mapping[str, Any] | None = None,
+) -> list[Any]:
+    """Run ``items`` through ``target``'s batcher; record the request whatever happens.
+
+    Args:
+        request: the request being answered.
+        served: the :class:`~aifab.serve.manager.Served` deployment.
+        target: the :class:`~aifab.serve.manager.Target` picked for this request.
+        items: decoded items (``handler.decode``).
+        started: ``time.perf_counter()`` at the route's start (default: now).
+        route: label override (default: the route's path template).
+        input: request-log input (default: the items, when they are records).
+
+    Returns:
+        One output per item, in order (not yet encoded).
+
+    Raises:
+        ApiError: 422 naming the field for bad input, 500 when the model itself fails.
+    """
+    started = time.perf_counter() if started is None else started
+    name = served.name
+    try:
+        outputs = await _submit(request, served, target, items)
+    except (ApiError, AifabError) as exc:
+        err = _as_api_error(exc)
+        record(request, name, status=err.status, started=started, model=target.model, route=route)
+        raise err from None
+    except Exception:
+        log.exception("deployment %s (%s) failed on a request", name, target.model)
+        record(request, name, status=500, started=started, model=target.model, route=route)
+        raise ApiError(500, f"model {target.model} failed on this request") from None
+    prompt, completion = _tokens(outputs)
+    if input is None:
+        input = _log_input(items, prompt)
+    record(
+        request,
+        name,
+        status=200,
+        started=started,
+        model=target.model,
+        route=route,
+        input=input,
+        output=_log_output(outputs, completion),
+        prompt_tokens=prompt,
+        completion_tokens=completion,
+    )
+    return outputs
+
+
+async def _submit(request: Request, served: Any, target: Any, items: list[Any]) -> list[Any]:
+    """Submit to the target; if a swap closed its batcher meanwhile, to its successor."""
+    from aifab.inference.batcher import BatcherClosedError
+
+    for _ in range(3):
+        try:
+            result: list[Any] = await target.batcher.submit(items)
+            return result
+        except BatcherClosedError:
+            manager = getattr(request.app.state, "manager", None)
+            if manager is None:
+                break
+            fresh = manager.get(served.name)  # 404/503 if it went away meanwhile
+            same = [t for t in fresh.targets() if t.role == target.role] or [fresh.primary]
+            target = same[0]
+    raise ApiError(
+        503, f"deployment {served.name!r} is reloading; retry", headers={"Retry-After": "1"}
+    )
+
+
+def _as_api_error(exc: Exception) -> ApiError:
+    if isinstance(exc, ApiError):
+        return exc
+    if isinstance(exc, InvalidInputError):
+        return ApiError(422, exc.message, param=_param(exc.message))
+    assert isinstance(exc, AifabError)
+    status = exc.http_status if exc.http_status < 500 else 500
+    return ApiError(status, exc.message if status < 500 else "internal error")
+
+
+def _param(message: str) -> str | None:
+    """The field a handler message names: ``field 'age' ...`` or ``age: ...``."""
+    import re
+
+    m = re.search(r"(?:field|column|parameter)\s+'([^']+)'", message)
+    if m:
+        return m.group(1)
+    head = message.split(":", 1)[0].strip()
+    return head if head and " " not in head and len(message) > len(head) else None
+
+
+def _tokens(outputs: list[Any]) -> tuple[int, int]:
+    prompt = completion = 0
+    for out in outputs:
+        prompt += int(getattr(out, "prompt_tokens", 0) or 0)
+        completion += int(getattr(out, "completion_tokens", 0) or 0)
+    return prompt, completion
+
+
+def _log_input(items: list[Any], prompt_tokens: int) -> dict[str, Any]:
+    if prompt_tokens:
+        return {"prompt_tokens": prompt_tokens, "items": len(items)}
+    if items and isinstance(items[0], Mapping):
+        return {"records": list(items[:LOG_ITEMS]), "items": len(items)}
+    return {"items": len(items)}
+
+
+def _log_output(outputs: list[Any], completion_tokens: int) -> dict[str, Any]:
+    if completion_tokens:
+        return {"completion_tokens": completion_tokens}
+    if outputs and isinstance(outputs[0], Mapping):
+        return {"predictions": list(outputs[:LOG_ITEMS])}
+    return {"items": len(outputs)}

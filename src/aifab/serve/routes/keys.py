@@ -1,0 +1,65 @@
+"""``/v1/keys``: create, list and revoke API keys (admin only; the secret is shown once)."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from fastapi import APIRouter, Depends, Request
+from pydantic import BaseModel, ConfigDict, Field
+
+from aifab.core.actor import acting_as
+from aifab.serve import keys as svc
+from aifab.serve.auth import Principal, forget_keys, require
+
+router = APIRouter(prefix="/v1/keys", tags=["keys"])
+
+
+class KeyCreate(BaseModel):
+    """A new API key."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    role: str = Field(..., description="admin | developer | viewer | client")
+    name: str = Field("", max_length=100, description="A label for listings.")
+    rate: str | None = Field("600/min", description="Requests per period (600/min, 10/s, none).")
+    token_quota: int | str | None = Field(
+        None, description="Model tokens per UTC day (N or N/day)."
+    )
+
+
+@router.get("")
+async def list_keys(_: Principal = Depends(require("keys"))) -> list[dict[str, Any]]:
+    """Every key (ids, prefixes, roles, limits; never the secrets or hashes)."""
+    return await asyncio.to_thread(svc.list_keys)
+
+
+@router.post("", status_code=201)
+async def create_key(
+    body: KeyCreate, principal: Principal = Depends(require("keys"))
+) -> dict[str, Any]:
+    """Create a key; ``key`` in the answer is the secret, shown this once."""
+
+    def run() -> tuple[dict[str, Any], str]:
+        with acting_as(f"key:{principal.key_id}"):
+            return svc.create_key(
+                body.role, name=body.name, rate=body.rate, token_quota=body.token_quota
+            )
+
+    record, secret = await asyncio.to_thread(run)
+    return {**record, "key": secret}
+
+
+@router.delete("/{key_id}")
+async def revoke_key(
+    key_id: str, request: Request, principal: Principal = Depends(require("keys"))
+) -> dict[str, Any]:
+    """Revoke a key (takes effect within a second on this server)."""
+
+    def run() -> dict[str, Any]:
+        with acting_as(f"key:{principal.key_id}"):
+            return svc.revoke_key(key_id)
+
+    revoked = await asyncio.to_thread(run)
+    forget_keys(request.app)  # this server stops accepting it at once
+    return revoked

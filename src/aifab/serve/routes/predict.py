@@ -1,0 +1,112 @@
+"""``POST /v1/predict/{deployment}``: rows or records in, predictions out.
+
+The body is parsed by hand (not by a pydantic model): the handler's ``decode`` is the one
+validator of rows, and skipping a model layer keeps the hot path short.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+
+from fastapi import APIRouter, Depends, Request
+from fastapi.responses import JSONResponse, Response
+
+from aifab.core.errors import InvalidInputError
+from aifab.serve.auth import Principal, require
+from aifab.serve.errors import ApiError
+from aifab.serve.invoke import _as_api_error, invoke, record
+
+router = APIRouter(tags=["predict"])
+
+#: Bodies larger than this are refused before parsing (a batch limit applies after decoding).
+MAX_BODY_BYTES = 16 * 1024 * 1024
+
+_VALUE: dict[str, Any] = {"type": ["string", "number", "integer", "boolean", "null"]}
+_BODY_SCHEMA: dict[str, Any] = {
+    "description": "Rows as objects (``records``) or as arrays in input column order (``rows``).",
+    "oneOf": [
+        {
+            "type": "object",
+            "properties": {
+                "records": {
+                    "type": "array",
+                    "items": {"type": "object", "additionalProperties": _VALUE},
+                }
+            },
+            "required": ["records"],
+            "additionalProperties": False,
+        },
+        {
+            "type": "object",
+            "properties": {"rows": {"type": "array", "items": {"type": "array", "items": _VALUE}}},
+            "required": ["rows"],
+            "additionalProperties": False,
+        },
+    ],
+}
+_OPENAPI: dict[str, Any] = {
+    "requestBody": {"required": True, "content": {"application/json": {"schema": _BODY_SCHEMA}}},
+    "responses": {
+        "200": {
+            "description": "One prediction per row, in order.",
+            "content": {
+                "application/json": {
+                    "example": {
+                        "deployment": "churn",
+                        "model": "churn@3",
+                        "predictions": [{"label": "yes", "probabilities": {"no": 0.2, "yes": 0.8}}],
+                    }
+                }
+            },
+        },
+        "400": {"description": "Malformed JSON."},
+        "401": {"description": "No or unknown API key."},
+        "403": {"description": "The key's role may not invoke models."},
+        "404": {"description": "Unknown deployment."},
+        "413": {"description": "Body too large."},
+        "422": {"description": "Bad rows; the message names the field and row."},
+        "429": {"description": "Rate limit; see Retry-After."},
+        "503": {"description": "The deployment is not loaded (yet)."},
+    },
+}
+
+
+@router.post("/v1/predict/{deployment}", openapi_extra=_OPENAPI, response_class=JSONResponse)
+async def predict(
+    deployment: str, request: Request, principal: Principal = Depends(require("invoke"))
+) -> Response:
+    """Predict with a deployed classifier: ``{"records": [...]}`` or ``{"rows": [[...]]}``."""
+    started = time.perf_counter()
+    served = request.app.state.manager.get(deployment)
+    target = served.pick(request.headers)
+    try:
+        body = await request.body()
+        if len(body) > MAX_BODY_BYTES:
+            raise ApiError(413, f"body of {len(body)} bytes is over {MAX_BODY_BYTES}")
+        try:
+            payload = json.loads(body)
+        except (ValueError, UnicodeDecodeError) as exc:
+            raise ApiError(400, f"malformed JSON: {exc}") from None
+        if not isinstance(payload, dict):
+            raise ApiError(422, "body: expected an object with 'records' or 'rows'", param="body")
+        try:
+            items = target.handler.decode(payload)
+        except InvalidInputError as exc:
+            raise _as_api_error(exc) from None
+        except (TypeError, ValueError, KeyError, AttributeError) as exc:
+            # A shape the handler did not foresee is still the caller's input, not our fault.
+            raise ApiError(422, f"body: cannot decode the input ({exc})", param="body") from None
+    except ApiError as exc:
+        record(request, served.name, status=exc.status, started=started, model=target.model)
+        raise
+    outputs = await invoke(request, served, target, items, started=started)
+    encode = target.handler.encode
+    return JSONResponse(
+        {
+            "deployment": served.name,
+            "model": target.model,
+            "predictions": [encode(o) for o in outputs],
+        }
+    )
