@@ -1,0 +1,229 @@
+"""Request bodies of the OpenAI-compatible routes, mirroring OpenAI's fields.
+
+Supported fields are used; OpenAI fields we cannot honour are accepted only at their neutral
+value (``logprobs: false``, ``tools: []``, ...) and answer 422 naming the field otherwise, so a
+client never silently gets something other than it asked for; unknown fields answer 422.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationInfo,
+    field_validator,
+)
+
+__all__ = [
+    "ChatCompletionRequest",
+    "ChatMessage",
+    "CompletionRequest",
+    "EmbeddingRequest",
+    "StreamOptions",
+]
+
+#: OpenAI fields aifab cannot honour -> (the values that ask for nothing, why not).
+#: Bookkeeping fields (user, metadata, store, service_tier, ...) are accepted with any value.
+_NEUTRAL: dict[str, tuple[tuple[Any, ...], str]] = {
+    "presence_penalty": ((0,), "only 0"),
+    "frequency_penalty": ((0,), "only 0"),
+    "logit_bias": (({},), "no logit bias"),
+    "logprobs": ((False, 0), "no log probabilities"),
+    "top_logprobs": ((0,), "no log probabilities"),
+    "tools": (([],), "no function calling"),
+    "functions": (([],), "no function calling"),
+    "tool_calls": (([],), "no function calling"),
+    "tool_choice": (("none", "auto"), "no function calling"),
+    "function_call": (("none", "auto"), "no function calling"),
+    "response_format": (({"type": "text"},), "text only"),
+    "modalities": ((["text"],), "text only"),
+    "best_of": ((1,), "only 1"),
+    "suffix": (("",), "no suffix"),
+}
+
+
+def _neutral(value: Any, info: ValidationInfo) -> Any:
+    """Reject ``value`` unless it is None or asks for nothing (OpenAI's default)."""
+    field = str(info.field_name)
+    neutral, why = _NEUTRAL[field]
+    if value is None or any(value == n for n in neutral):
+        return value
+    raise ValueError(f"{field} is not supported by aifab ({why})")
+
+
+class StreamOptions(BaseModel):
+    """``stream_options``: with ``include_usage`` a last chunk carries the token counts."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    include_usage: bool | None = None
+    include_obfuscation: bool | None = Field(None, description="Accepted and ignored.")
+
+
+class ChatMessage(BaseModel):
+    """One chat message; content is text or a list of ``{"type": "text"}`` parts."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    role: Literal["system", "developer", "user", "assistant"]
+    content: str | list[dict[str, Any]] | None = None
+    name: str | None = Field(None, max_length=256, description="Accepted and ignored.")
+    refusal: str | None = None
+    tool_calls: list[dict[str, Any]] | None = None
+
+    @field_validator("content")
+    @classmethod
+    def _text_parts(cls, value: str | list[dict[str, Any]] | None) -> str | None:
+        if value is None or isinstance(value, str):
+            return value
+        texts = []
+        for i, part in enumerate(value):
+            if part.get("type") != "text" or not isinstance(part.get("text"), str):
+                raise ValueError(f"part {i}: only text parts ({{'type': 'text', 'text': ...}})")
+            texts.append(part["text"])
+        return "".join(texts)
+
+    _no_tool_calls = field_validator("tool_calls")(_neutral)
+
+    def as_template_message(self) -> dict[str, str]:
+        """``{"role", "content"}`` for the chat template (``developer`` is OpenAI's system)."""
+        role = "system" if self.role == "developer" else self.role
+        return {"role": role, "content": str(self.content or "")}
+
+
+class _Generation(BaseModel):
+    """The sampling fields chat and text completions share."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    model: str = Field(..., min_length=1, max_length=200, description="The deployment name.")
+    max_tokens: int | None = Field(None, ge=1, description="Most tokens to generate.")
+    temperature: float | None = Field(None, ge=0.0, le=2.0, description="0 = greedy.")
+    top_p: float | None = Field(None, gt=0.0, le=1.0)
+    top_k: int | None = Field(None, ge=0, description="aifab extension (vLLM's): 0 = off.")
+    n: int | None = Field(None, description="Only 1 is supported.")
+    stop: str | list[str] | None = Field(None, description="Up to 4 stop sequences.")
+    stream: bool | None = False
+    stream_options: StreamOptions | None = None
+    seed: int | None = Field(None, ge=-(2**63), le=2**63 - 1, description="Same seed, same text.")
+    presence_penalty: float | None = None
+    frequency_penalty: float | None = None
+    logit_bias: dict[str, float] | None = None
+    user: str | None = None
+    metadata: dict[str, Any] | None = None
+    store: bool | None = None
+    service_tier: str | None = None
+    prompt_cache_key: str | None = None
+    safety_identifier: str | None = None
+
+    @field_validator("n")
+    @classmethod
+    def _one(cls, value: int | None) -> int | None:
+        if value is not None and value != 1:
+            raise ValueError("only n=1 is supported")
+        return value
+
+    @field_validator("stop")
+    @classmethod
+    def _stops(cls, value: str | list[str] | None) -> list[str]:
+        stops = [value] if isinstance(value, str) else list(value or [])
+        if len(stops) > 4:
+            raise ValueError("at most 4 stop sequences")
+        if any(not s for s in stops):
+            raise ValueError("stop sequences must not be empty")
+        return stops
+
+    _unsupported = field_validator("presence_penalty", "frequency_penalty", "logit_bias")(_neutral)
+
+    @property
+    def stops(self) -> list[str]:
+        """The stop sequences as a list (the validator already normalised them)."""
+        return list(self.stop or [])
+
+    @property
+    def include_usage(self) -> bool:
+        """Whether a streamed response ends with a usage chunk."""
+        return bool(self.stream and self.stream_options and self.stream_options.include_usage)
+
+
+class ChatCompletionRequest(_Generation):
+    """``POST /v1/chat/completions``."""
+
+    messages: list[ChatMessage] = Field(..., min_length=1)
+    max_completion_tokens: int | None = Field(None, ge=1, description="Wins over max_tokens.")
+    logprobs: bool | None = None
+    top_logprobs: int | None = None
+    tools: list[dict[str, Any]] | None = None
+    tool_choice: str | dict[str, Any] | None = None
+    parallel_tool_calls: bool | None = None
+    functions: list[dict[str, Any]] | None = None
+    function_call: str | dict[str, Any] | None = None
+    response_format: dict[str, Any] | None = None
+    modalities: list[str] | None = None
+    reasoning_effort: str | None = None
+    verbosity: str | None = None
+
+    _chat_unsupported = field_validator(
+        "logprobs",
+        "top_logprobs",
+        "tools",
+        "functions",
+        "tool_choice",
+        "function_call",
+        "response_format",
+        "modalities",
+    )(_neutral)
+
+    @property
+    def limit(self) -> int | None:
+        """The requested completion length (``max_completion_tokens`` first)."""
+        return self.max_completion_tokens or self.max_tokens
+
+
+class CompletionRequest(_Generation):
+    """``POST /v1/completions`` (legacy text completions)."""
+
+    prompt: str | list[str] = Field(..., description="One prompt, or a list (not streamed).")
+    echo: bool | None = Field(False, description="Prepend the prompt to the completion.")
+    best_of: int | None = None
+    logprobs: int | None = None
+    suffix: str | None = None
+
+    @field_validator("prompt")
+    @classmethod
+    def _prompts(cls, value: str | list[str]) -> str | list[str]:
+        if isinstance(value, list) and not 1 <= len(value) <= 64:
+            raise ValueError("give 1 to 64 prompts")
+        return value
+
+    _text_unsupported = field_validator("best_of", "logprobs", "suffix")(_neutral)
+
+    @property
+    def prompts(self) -> list[str]:
+        """The prompts as a list."""
+        return [self.prompt] if isinstance(self.prompt, str) else list(self.prompt)
+
+    @property
+    def limit(self) -> int:
+        """The completion length: OpenAI's default for text completions is 16 tokens."""
+        return self.max_tokens or 16
+
+
+class EmbeddingRequest(BaseModel):
+    """``POST /v1/embeddings``."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    model: str = Field(..., min_length=1, max_length=200, description="The deployment name.")
+    input: str | list[str] = Field(..., description="A text or a list of texts.")
+    encoding_format: Literal["float", "base64"] | None = "float"
+    dimensions: int | None = Field(None, ge=1, description="Must equal the model's dimension.")
+    user: str | None = None
+
+    @property
+    def texts(self) -> list[str]:
+        """The inputs as a list."""
+        return [self.input] if isinstance(self.input, str) else list(self.input)

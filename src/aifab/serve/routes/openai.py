@@ -1,0 +1,330 @@
+"""OpenAI-compatible routes (models, chat and text completions, embeddings) for OpenAI's SDKs.
+
+``model`` is a deployment name. Non-streamed generation goes through the deployment's batcher
+(:func:`aifab.serve.invoke.invoke`); a streamed one runs ``handler.stream`` on its own thread
+and is forwarded as Server-Sent Events, and stops when the client goes away.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import time
+import uuid
+from typing import Any
+
+from fastapi import APIRouter, Depends, Request
+from fastapi.responses import JSONResponse, StreamingResponse
+from fastapi.security import APIKeyHeader, HTTPAuthorizationCredentials, HTTPBearer
+
+from aifab.core.errors import InvalidInputError
+from aifab.serve.auth import Principal, require
+from aifab.serve.errors import ApiError
+from aifab.serve.invoke import _as_api_error, invoke, key_id, record
+from aifab.serve.openai_models import ChatCompletionRequest, CompletionRequest, EmbeddingRequest
+from aifab.serve.openai_stream import Completion, sse_events
+
+router = APIRouter(tags=["openai"])
+
+_ERRORS: dict[int | str, dict[str, Any]] = {
+    400: {"description": "Malformed JSON, a prompt too long for the model, or not an LM."},
+    401: {"description": "No or unknown API key."},
+    403: {"description": "The key's role may not invoke models."},
+    404: {"description": "No deployment of that name."},
+    422: {"description": "A bad or unsupported field; the message names it."},
+    429: {"description": "Rate limit or token quota; see Retry-After."},
+    503: {"description": "The deployment is not loaded (yet)."},
+}
+_read, _invoke = require("read"), require("invoke")
+
+
+async def _invoke_or_read(
+    request: Request,
+    bearer: HTTPAuthorizationCredentials | None = Depends(HTTPBearer(auto_error=False)),
+    api_key: str | None = Depends(APIKeyHeader(name="X-API-Key", auto_error=False)),
+) -> Principal:
+    """Listing models is for callers of models (clients) and readers (viewers) alike."""
+    try:
+        return await _read(request, bearer, api_key)
+    except ApiError as exc:
+        if exc.status != 403:
+            raise
+    return await _invoke(request, bearer, api_key)
+
+
+def _model_object(name: str, created: float) -> dict[str, Any]:
+    return {"id": name, "object": "model", "created": int(created), "owned_by": "aifab"}
+
+
+async def _created_times() -> dict[str, float]:
+    from aifab.inference.deployments import list_deployments
+
+    rows = await asyncio.to_thread(list_deployments)
+    return {r["name"]: float(r.get("created_at") or 0) for r in rows}
+
+
+@router.get("/v1/models", responses=_ERRORS)
+async def list_models(
+    request: Request, principal: Principal = Depends(_invoke_or_read)
+) -> dict[str, Any]:
+    """Every deployment that is serving, as an OpenAI model object (``id`` = its name)."""
+    created = await _created_times()
+    served = sorted(request.app.state.manager.served(), key=lambda s: s.name)
+    return {
+        "object": "list",
+        "data": [_model_object(s.name, created.get(s.name, 0)) for s in served],
+    }
+
+
+@router.get("/v1/models/{model}", responses=_ERRORS)
+async def get_model(
+    model: str, request: Request, principal: Principal = Depends(_invoke_or_read)
+) -> dict[str, Any]:
+    """One serving deployment as an OpenAI model object."""
+    served = _served(request, model)
+    created = await _created_times()
+    return _model_object(served.name, created.get(served.name, 0))
+
+
+def _served(request: Request, model: str, kind: str | None = None) -> Any:
+    """The deployment ``model``: 404 (OpenAI's ``model_not_found``) or 400 if the wrong kind."""
+    try:
+        served = request.app.state.manager.get(model)
+    except ApiError as exc:
+        if exc.status != 404:
+            raise
+        raise ApiError(
+            404, f"model {model!r} does not exist", param="model", code="model_not_found"
+        ) from None
+    if kind is not None and served.kind != kind:
+        what = {"lm": "a language model", "embeddings": "an embedding model"}[kind]
+        raise ApiError(
+            400,
+            f"model {model!r} is not {what} (it is a {served.kind!r} deployment)",
+            param="model",
+        )
+    return served
+
+
+#: Below this a temperature is greedy: dividing logits by ~1e-38 overflows to inf (NaN probs).
+MIN_TEMPERATURE = 1e-6
+#: top_p is raised to this: a smaller one rounds to 0 in float32 and filters out every token.
+MIN_TOP_P = 1e-6
+
+
+def _temperature(value: float | None) -> float:
+    """OpenAI's default is 1; a vanishing temperature means greedy."""
+    if value is None:
+        return 1.0
+    return 0.0 if value < MIN_TEMPERATURE else value
+
+
+def _generation(
+    handler: Any, prompt: str, body: ChatCompletionRequest | CompletionRequest, field: str
+) -> Any:
+    """The handler's validated request; a prompt too long for the context is a 400."""
+    from aifab.inference.generation import GenerationParams
+
+    n = handler.count_tokens(prompt)
+    room = handler.max_context - n
+    asked = body.limit
+    if room < 1 or (asked is not None and asked > room):
+        raise ApiError(
+            400,
+            f"This model's maximum context length is {handler.max_context} tokens. However, "
+            f"you requested {n + (asked or 1)} tokens ({n} in the {field}, {asked or 1} in the "
+            f"completion). Please reduce the length of the {field} or completion.",
+            param=field,
+            code="context_length_exceeded",
+        )
+    params = GenerationParams(
+        max_tokens=asked if asked is not None else min(handler.max_tokens_limit, room),
+        temperature=_temperature(body.temperature),
+        top_p=1.0 if body.top_p is None else max(body.top_p, MIN_TOP_P),
+        top_k=body.top_k or 0,
+        stop=body.stops,
+        seed=body.seed,
+    )
+    try:
+        return handler.request(prompt, params)
+    except InvalidInputError as exc:
+        raise _as_api_error(exc) from None
+
+
+async def _prepared(
+    request: Request, body: Any, started: float, build: Any
+) -> tuple[Any, Any, list[Any]]:
+    """Pick the deployment and target, build the generation requests; record failures."""
+    served = _served(request, body.model, "lm")
+    target = served.pick(request.headers)
+    try:
+        # Templating and tokenizing a long prompt takes milliseconds: not on the event loop.
+        items = await asyncio.to_thread(build, target.handler)
+    except ApiError as exc:
+        record(request, served.name, status=exc.status, started=started, model=target.model)
+        raise
+    return served, target, items
+
+
+def _usage(prompt: int, completion: int) -> dict[str, int]:
+    return {
+        "prompt_tokens": prompt,
+        "completion_tokens": completion,
+        "total_tokens": prompt + completion,
+    }
+
+
+@router.post("/v1/chat/completions", responses=_ERRORS, response_model=None)
+async def chat_completions(
+    body: ChatCompletionRequest,
+    request: Request,
+    principal: Principal = Depends(_invoke),
+) -> JSONResponse | StreamingResponse:
+    """Chat with a language-model deployment (``stream: true`` answers Server-Sent Events)."""
+    started = time.perf_counter()
+
+    def build(handler: Any) -> list[Any]:
+        try:
+            prompt = handler.chat_prompt([m.as_template_message() for m in body.messages])
+        except InvalidInputError as exc:
+            raise _as_api_error(exc) from None
+        return [_generation(handler, prompt, body, "messages")]
+
+    served, target, items = await _prepared(request, body, started, build)
+    done = Completion(
+        kind="chat",
+        id=f"chatcmpl-{uuid.uuid4().hex}",
+        model=body.model,
+        fingerprint=target.model,
+    )
+    if body.stream:
+        return _stream(request, served, target, items[0], done, body.include_usage, started)
+    [result] = await invoke(request, served, target, items, started=started)
+    return JSONResponse(
+        done.response(
+            [(result.text, result.finish_reason)],
+            _usage(result.prompt_tokens, result.completion_tokens),
+        )
+    )
+
+
+@router.post("/v1/completions", responses=_ERRORS, response_model=None)
+async def completions(
+    body: CompletionRequest,
+    request: Request,
+    principal: Principal = Depends(_invoke),
+) -> JSONResponse | StreamingResponse:
+    """Complete text with a language-model deployment (``stream: true``: one prompt only)."""
+    started = time.perf_counter()
+    if body.stream and len(body.prompts) > 1:
+        raise ApiError(422, "prompt: stream one prompt at a time", param="prompt")
+
+    def build(handler: Any) -> list[Any]:
+        return [_generation(handler, p, body, "prompt") for p in body.prompts]
+
+    served, target, items = await _prepared(request, body, started, build)
+    done = Completion(
+        kind="text",
+        id=f"cmpl-{uuid.uuid4().hex}",
+        model=body.model,
+        fingerprint=target.model,
+        echo=body.prompts[0] if body.echo else "",
+    )
+    if body.stream:
+        return _stream(request, served, target, items[0], done, body.include_usage, started)
+    results = await invoke(request, served, target, items, started=started)
+    echo = body.prompts if body.echo else [""] * len(results)
+    choices = [(e + r.text, r.finish_reason) for e, r in zip(echo, results, strict=True)]
+    usage = _usage(sum(r.prompt_tokens for r in results), sum(r.completion_tokens for r in results))
+    return JSONResponse(done.response(choices, usage))
+
+
+def _stream(
+    request: Request,
+    served: Any,
+    target: Any,
+    item: Any,
+    done: Completion,
+    include_usage: bool,
+    started: float,
+) -> StreamingResponse:
+    events = sse_events(
+        request, served.name, target, item, done, include_usage=include_usage, started=started
+    )
+    return StreamingResponse(
+        events,
+        media_type="text/event-stream",
+        headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
+    )
+
+
+@router.post("/v1/embeddings", responses=_ERRORS)
+async def embeddings(
+    body: EmbeddingRequest,
+    request: Request,
+    principal: Principal = Depends(_invoke),
+) -> JSONResponse:
+    """Embed a text or a list of texts with an embeddings deployment."""
+    started = time.perf_counter()
+    served = _served(request, body.model, "embeddings")
+    target = served.pick(request.headers)
+    handler = target.handler
+    try:
+        if body.dimensions is not None and body.dimensions != handler.dimension:
+            raise ApiError(
+                422,
+                f"dimensions: model {body.model!r} has {handler.dimension} dimensions "
+                f"(shortening is not supported), got {body.dimensions}",
+                param="dimensions",
+            )
+        try:
+            texts = handler.decode(body.input)
+        except InvalidInputError as exc:
+            raise _as_api_error(exc) from None
+    except ApiError as exc:
+        record(request, served.name, status=exc.status, started=started, model=target.model)
+        raise
+    # Counting takes the handler's tokenizer lock, which a running batch may hold.
+    tokens = await asyncio.to_thread(lambda: sum(handler.count_tokens(t) for t in texts))
+    vectors = await invoke(
+        request,
+        served,
+        target,
+        texts,
+        started=started,
+        input={"prompt_tokens": tokens, "items": len(texts)},
+    )
+    _charge(request, served.name, tokens)
+    data = [
+        {"object": "embedding", "index": i, "embedding": _vector(v, body.encoding_format)}
+        for i, v in enumerate(vectors)
+    ]
+    return JSONResponse(
+        {
+            "object": "list",
+            "data": data,
+            "model": body.model,
+            "usage": {"prompt_tokens": tokens, "total_tokens": tokens},
+        }
+    )
+
+
+def _vector(vector: list[float], encoding: str | None) -> list[float] | str:
+    """A vector as floats, or (``base64``) its little-endian float32 bytes, as OpenAI sends."""
+    if encoding != "base64":
+        return vector
+    import numpy as np
+
+    return base64.b64encode(np.asarray(vector, dtype="<f4").tobytes()).decode("ascii")
+
+
+def _charge(request: Request, deployment: str, tokens: int) -> None:
+    """Count an embedding request's input tokens (invoke counts only LM outputs' tokens)."""
+    state = request.app.state
+    key = key_id(request)
+    metrics = getattr(state, "metrics", None)
+    if metrics is not None and tokens:
+        metrics.add_tokens(deployment, key, tokens, 0)
+    quota = getattr(state, "quota", None)
+    if quota is not None and tokens and key != "-":
+        quota.add(key, tokens)

@@ -1,0 +1,403 @@
+"""The OpenAI-compatible API against the official ``openai`` client and a real uvicorn server.
+
+A tiny causal LM (``tiny``) and the offline all-MiniLM-L6-v2 (``minilm``) are deployed; what
+the server answers is compared with the same handlers run in-process.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import socket
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import numpy as np
+import openai
+import pytest
+import schemathesis
+import uvicorn
+from hypothesis import HealthCheck, settings
+
+from aifab.inference.deployments import create_deployment
+from aifab.inference.generation import GenerationParams
+from aifab.inference.loading import load_served_model
+from aifab.serve.app import create_app
+from aifab.serve.keys import create_key
+
+pytestmark = pytest.mark.integration
+
+#: The OpenAI routes of the app's schema, fuzzed below against the live deployments.
+SCHEMA = schemathesis.openapi.from_dict(create_app().openapi()).include(
+    path_regex="^/v1/(models|chat/completions|completions|embeddings)"
+)
+CHAT = [{"role": "user", "content": "what does the cow say?"}]
+PROMPT = "the cat sat on the"
+
+
+@pytest.fixture(autouse=True)
+def workspace(module_workspace: Path) -> Path:
+    return module_workspace
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _wait_for(check: Callable[[], Any], timeout: float, what: str) -> Any:
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            value = check()
+        except httpx.TransportError:
+            value = None
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.05)
+
+
+@pytest.fixture(scope="module")
+def env(tiny_lm: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    create_deployment("tiny-lm@1", name="tiny", max_batch_size=4, max_wait_ms=5)
+    create_deployment("builtin:all-minilm-l6-v2", name="minilm")
+    create_deployment("tiny-lm@1", name="tiny-small", options={"max_tokens_limit": 8})
+    secrets = {
+        name: create_key(role, name=name, rate=None, token_quota=quota)[1]
+        for name, role, quota in [
+            ("client", "client", None),
+            ("viewer", "viewer", None),
+            ("tight", "client", 5),
+        ]
+    }
+    port = _free_port()
+    app = create_app(reconcile_interval_s=0.2)
+    server = uvicorn.Server(
+        uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", log_config=None)
+    )
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    url = f"http://127.0.0.1:{port}"
+    _wait_for(lambda: httpx.get(f"{url}/readyz", timeout=5).status_code == 200, 180, "/readyz")
+    try:
+        yield {"url": url, "keys": secrets}
+    finally:
+        server.should_exit = True
+        thread.join(timeout=60)
+
+
+@pytest.fixture(scope="module")
+def client(env: dict[str, Any]) -> openai.OpenAI:
+    return openai.OpenAI(base_url=f"{env['url']}/v1", api_key=env["keys"]["client"], max_retries=0)
+
+
+def _sdk(env: dict[str, Any], key: str) -> openai.OpenAI:
+    return openai.OpenAI(base_url=f"{env['url']}/v1", api_key=key, max_retries=0)
+
+
+@pytest.fixture(scope="module")
+def lm(tiny_lm: dict[str, Any]) -> Any:
+    """The same LM handler, in-process."""
+    return load_served_model("tiny-lm@1").handler
+
+
+@pytest.fixture(scope="module")
+def embedder(env: dict[str, Any]) -> Any:
+    return load_served_model("builtin:all-minilm-l6-v2").handler
+
+
+def _local(lm: Any, prompt: str, **params: Any) -> Any:
+    [result] = lm.predict([lm.request(prompt, GenerationParams(temperature=0.0, **params))])
+    return result
+
+
+def test_models_list_and_get(env: dict[str, Any], client: openai.OpenAI) -> None:
+    ids = {m.id for m in client.models.list()}
+    assert {"tiny", "minilm", "tiny-small"} <= ids
+    model = client.models.retrieve("tiny")
+    assert (model.id, model.object, model.owned_by) == ("tiny", "model", "aifab")
+    assert model.created > 0
+    # viewers may list too (read), they just cannot invoke
+    assert "tiny" in {m.id for m in _sdk(env, env["keys"]["viewer"]).models.list()}
+    with pytest.raises(openai.NotFoundError):
+        client.models.retrieve("nope")
+
+
+def test_chat_matches_in_process_greedy(client: openai.OpenAI, lm: Any) -> None:
+    out = client.chat.completions.create(model="tiny", messages=CHAT, temperature=0, max_tokens=12)
+    expected = _local(lm, lm.chat_prompt(CHAT), max_tokens=12)
+    choice = out.choices[0]
+    assert out.object == "chat.completion" and out.model == "tiny"
+    assert choice.message.role == "assistant"
+    assert choice.message.content == expected.text
+    assert choice.finish_reason == expected.finish_reason
+    assert out.usage is not None
+    assert out.usage.prompt_tokens == expected.prompt_tokens
+    assert out.usage.completion_tokens == expected.completion_tokens
+    assert out.usage.total_tokens == expected.prompt_tokens + expected.completion_tokens
+
+
+def test_streaming_chat_equals_non_stream(client: openai.OpenAI) -> None:
+    args: dict[str, Any] = {"model": "tiny", "messages": CHAT, "temperature": 0, "max_tokens": 20}
+    whole = client.chat.completions.create(**args)
+    chunks = list(
+        client.chat.completions.create(**args, stream=True, stream_options={"include_usage": True})
+    )
+    assert all(c.object == "chat.completion.chunk" for c in chunks)
+    assert chunks[0].choices[0].delta.role == "assistant"
+    text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    assert text == whole.choices[0].message.content
+    finishes = [c.choices[0].finish_reason for c in chunks if c.choices]
+    assert finishes[-1] == whole.choices[0].finish_reason
+    assert all(f is None for f in finishes[:-1])
+    assert chunks[-1].choices == [] and chunks[-1].usage == whole.usage
+
+
+def test_completions_stream_and_not(client: openai.OpenAI, lm: Any) -> None:
+    out = client.completions.create(model="tiny", prompt=PROMPT, temperature=0, max_tokens=10)
+    expected = _local(lm, PROMPT, max_tokens=10)
+    assert out.object == "text_completion"
+    assert out.choices[0].text == expected.text
+    assert out.usage is not None and out.usage.completion_tokens == expected.completion_tokens
+    stream = client.completions.create(
+        model="tiny", prompt=PROMPT, temperature=0, max_tokens=10, stream=True
+    )
+    chunks = list(stream)
+    assert "".join(c.choices[0].text for c in chunks) == expected.text
+    assert chunks[-1].choices[0].finish_reason == expected.finish_reason
+    # several prompts: one choice each, in order
+    many = client.completions.create(
+        model="tiny", prompt=[PROMPT, "the dog"], temperature=0, max_tokens=5
+    )
+    assert [c.index for c in many.choices] == [0, 1]
+    assert many.choices[1].text == _local(lm, "the dog", max_tokens=5).text
+
+
+def test_max_tokens_gives_length_and_stop_cuts(client: openai.OpenAI, lm: Any) -> None:
+    out = client.completions.create(
+        model="tiny", prompt=PROMPT, temperature=0, max_tokens=3, stop=None
+    )
+    local = _local(lm, PROMPT, max_tokens=3)
+    if local.finish_reason == "length":  # the tiny model did not stop by itself within 3
+        assert out.choices[0].finish_reason == "length"
+        assert out.usage is not None and out.usage.completion_tokens == 3
+    longer = _local(lm, PROMPT, max_tokens=24).text
+    assert len(longer) >= 2, "the tiny model generated almost nothing"
+    stop = longer[len(longer) // 2 : len(longer) // 2 + 2]
+    cut = client.completions.create(
+        model="tiny", prompt=PROMPT, temperature=0, max_tokens=24, stop=[stop]
+    )
+    assert cut.choices[0].text == longer[: longer.index(stop)]
+    assert cut.choices[0].finish_reason == "stop"
+    streamed = client.completions.create(
+        model="tiny", prompt=PROMPT, temperature=0, max_tokens=24, stop=stop, stream=True
+    )
+    assert "".join(c.choices[0].text for c in streamed) == cut.choices[0].text
+
+
+def test_embeddings_match_in_process(client: openai.OpenAI, embedder: Any) -> None:
+    texts = ["a cat sat on the mat", "the weather is nice today"]
+    out = client.embeddings.create(model="minilm", input=texts)  # the SDK asks for base64
+    expected = np.asarray(embedder.predict(texts))
+    got = np.asarray([d.embedding for d in out.data])
+    assert got.shape == (2, 384)
+    assert np.abs(got - expected).max() < 1e-5
+    assert out.usage.prompt_tokens == sum(embedder.count_tokens(t) for t in texts)
+    single = client.embeddings.create(model="minilm", input=texts[0], encoding_format="float")
+    assert np.abs(np.asarray(single.data[0].embedding) - expected[0]).max() < 1e-5
+
+
+def test_embeddings_base64_raw(env: dict[str, Any]) -> None:
+    headers = {"Authorization": f"Bearer {env['keys']['client']}"}
+    body = {"model": "minilm", "input": "hello", "encoding_format": "base64"}
+    r = httpx.post(f"{env['url']}/v1/embeddings", json=body, headers=headers)
+    assert r.status_code == 200
+    vec = np.frombuffer(base64.b64decode(r.json()["data"][0]["embedding"]), dtype="<f4")
+    assert vec.shape == (384,) and abs(float(np.linalg.norm(vec)) - 1.0) < 1e-4
+
+
+def test_errors_through_the_sdk(env: dict[str, Any], client: openai.OpenAI) -> None:
+    with pytest.raises(openai.AuthenticationError):
+        _sdk(env, "aifab-not-a-key").chat.completions.create(model="tiny", messages=CHAT)
+    with pytest.raises(openai.PermissionDeniedError):
+        _sdk(env, env["keys"]["viewer"]).chat.completions.create(model="tiny", messages=CHAT)
+    with pytest.raises(openai.NotFoundError) as nf:
+        client.chat.completions.create(model="nope", messages=CHAT)
+    assert "nope" in str(nf.value)
+    with pytest.raises(openai.BadRequestError) as not_lm:
+        client.chat.completions.create(model="minilm", messages=CHAT)
+    assert "model" in str(not_lm.value)
+    with pytest.raises(openai.BadRequestError) as not_emb:
+        client.embeddings.create(model="tiny", input="x")
+    assert "model" in str(not_emb.value)
+    long = "the cat sat on the mat and " * 200
+    with pytest.raises((openai.BadRequestError, openai.UnprocessableEntityError)) as too_long:
+        client.chat.completions.create(
+            model="tiny", messages=[{"role": "user", "content": long}], max_tokens=4
+        )
+    assert "context" in str(too_long.value)
+    with pytest.raises(openai.UnprocessableEntityError) as n2:
+        client.chat.completions.create(model="tiny", messages=CHAT, n=2)
+    assert "n" in n2.value.body["param"]  # type: ignore[index]
+    with pytest.raises(openai.UnprocessableEntityError) as cap:
+        client.completions.create(model="tiny-small", prompt=PROMPT, max_tokens=9)
+    assert "max_tokens" in str(cap.value)
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("logprobs", True),
+        ("tools", [{"type": "function", "function": {"name": "f"}}]),
+        ("response_format", {"type": "json_object"}),
+        ("frequency_penalty", 0.5),
+        ("no_such_field", 1),
+    ],
+)
+def test_unsupported_fields_are_422(env: dict[str, Any], field: str, value: Any) -> None:
+    headers = {"Authorization": f"Bearer {env['keys']['client']}"}
+    body = {"model": "tiny", "messages": CHAT, field: value}
+    r = httpx.post(f"{env['url']}/v1/chat/completions", json=body, headers=headers)
+    assert r.status_code == 422, r.text
+    assert r.json()["error"]["param"] == field
+
+
+def test_neutral_openai_fields_are_accepted(client: openai.OpenAI) -> None:
+    out = client.chat.completions.create(
+        model="tiny",
+        messages=[{"role": "developer", "content": "be brief"}, *CHAT],
+        max_completion_tokens=2,
+        temperature=0,
+        logprobs=False,
+        presence_penalty=0,
+        frequency_penalty=0,
+        user="someone",
+        seed=1,
+        n=1,
+    )
+    assert out.usage is not None and out.usage.completion_tokens <= 2
+
+
+def test_malformed_json_is_400(env: dict[str, Any]) -> None:
+    headers = {"Authorization": f"Bearer {env['keys']['client']}"}
+    r = httpx.post(
+        f"{env['url']}/v1/completions",
+        content=b'{"model": "tiny", "prompt": ',
+        headers={**headers, "Content-Type": "application/json"},
+    )
+    assert r.status_code == 400 and "error" in r.json()
+
+
+def test_token_quota_answers_429(env: dict[str, Any]) -> None:
+    tight = _sdk(env, env["keys"]["tight"])
+    # the first request is admitted (nothing used yet) and spends more than the 5-token quota
+    tight.completions.create(model="tiny", prompt=PROMPT, temperature=0, max_tokens=4)
+
+    def refused() -> bool:
+        try:
+            tight.completions.create(model="tiny", prompt=PROMPT, max_tokens=1)
+        except openai.RateLimitError as exc:
+            assert exc.response.headers.get("retry-after")
+            return True
+        return False
+
+    _wait_for(refused, 10, "the token quota to refuse")
+
+
+def test_streamed_tokens_reach_metrics_and_log(env: dict[str, Any], client: openai.OpenAI) -> None:
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from aifab.inference.request_log import recent_requests
+
+    def completion_tokens() -> float:
+        text = httpx.get(f"{env['url']}/metrics").text
+        return sum(
+            s.value
+            for fam in text_string_to_metric_families(text)
+            for s in fam.samples
+            if s.name == "aifab_tokens_total"
+            and s.labels.get("deployment") == "tiny"
+            and s.labels.get("kind") == "completion"
+        )
+
+    before = completion_tokens()
+    chunks = list(
+        client.chat.completions.create(
+            model="tiny",
+            messages=CHAT,
+            max_tokens=6,
+            stream=True,
+            stream_options={"include_usage": True},
+        )
+    )
+    used = chunks[-1].usage
+    assert used is not None
+    _wait_for(lambda: completion_tokens() >= before + used.completion_tokens, 10, "metrics")
+
+    def logged() -> list[dict[str, Any]]:
+        return [
+            r
+            for r in recent_requests("tiny", limit=50)
+            if r["route"] == "/v1/chat/completions"
+            and r["status"] == 200
+            and (r.get("input") or {}).get("prompt_tokens") == used.prompt_tokens
+        ]
+
+    entry = _wait_for(logged, 10, "the request log")[0]
+    assert json.dumps(entry)  # plain JSON
+    assert entry["tokens"] > 0
+
+
+def test_abandoned_stream_leaves_the_server_serving(
+    env: dict[str, Any], client: openai.OpenAI
+) -> None:
+    headers = {"Authorization": f"Bearer {env['keys']['client']}"}
+    body = {"model": "tiny", "prompt": PROMPT, "max_tokens": 200, "stream": True}
+    with httpx.stream("POST", f"{env['url']}/v1/completions", json=body, headers=headers) as r:
+        assert r.status_code == 200
+        assert r.headers["content-type"].startswith("text/event-stream")
+        next(r.iter_lines())  # read one event, then hang up
+    out = client.completions.create(model="tiny", prompt=PROMPT, temperature=0, max_tokens=2)
+    assert out.choices[0].finish_reason in ("stop", "length")
+
+
+def test_edge_values_are_4xx_or_greedy(env: dict[str, Any], client: openai.OpenAI) -> None:
+    headers = {"Authorization": f"Bearer {env['keys']['client']}"}
+    url = f"{env['url']}/v1/completions"
+    for field, value in [("seed", 2**70), ("max_tokens", 0), ("temperature", 3), ("top_p", 0)]:
+        body = {"model": "tiny", "prompt": PROMPT, field: value}
+        r = httpx.post(url, json=body, headers=headers)
+        assert r.status_code == 422 and r.json()["error"]["param"] == field, r.text
+    huge = httpx.post(
+        url, json={"model": "tiny", "prompt": PROMPT, "max_tokens": 10**9}, headers=headers
+    )
+    assert huge.status_code == 400 and huge.json()["error"]["code"] == "context_length_exceeded"
+    # a vanishing temperature is greedy, not NaN probabilities
+    tiny_t = client.completions.create(
+        model="tiny", prompt=PROMPT, temperature=1e-300, max_tokens=5
+    )
+    greedy = client.completions.create(model="tiny", prompt=PROMPT, temperature=0, max_tokens=5)
+    assert tiny_t.choices[0].text == greedy.choices[0].text
+
+
+@SCHEMA.parametrize()
+@settings(max_examples=30, deadline=None, suppress_health_check=list(HealthCheck), derandomize=True)
+def test_fuzzed_bodies_never_500(case: Any, env: dict[str, Any]) -> None:
+    if isinstance(case.body, dict):  # fuzz the fields against real models, not the name
+        case.body["model"] = "minilm" if case.path == "/v1/embeddings" else "tiny"
+        if isinstance(case.body.get("max_tokens"), int):
+            case.body["max_tokens"] = min(case.body["max_tokens"], 16)
+    headers = {"Authorization": f"Bearer {env['keys']['client']}"}
+    response = case.call(base_url=env["url"], headers=headers, timeout=60)
+    assert response.status_code < 500, f"{case.path} {case.body!r}: {response.text[:500]}"
+    if response.status_code >= 400:
+        assert "error" in response.json(), response.text[:500]
+    elif "text/event-stream" in str(response.headers.get("content-type")):
+        assert response.text.rstrip().endswith("data: [DONE]") or '"error"' in response.text
