@@ -87,7 +87,9 @@ def churn_model(module_workspace: Path) -> dict[str, Any]:
     from aifab.pipeline.runner import run_pipeline
     from aifab.track.registry import resolve_model
 
-    run_pipeline(EXAMPLES / "quickstart" / "pipeline.yaml")
+    result = run_pipeline(EXAMPLES / "quickstart" / "pipeline.yaml")
+    failed = [(s.name, s.error) for s in result.steps if s.error]
+    assert result.ok, f"the quickstart pipeline failed: {failed}"
     return resolve_model("churn@champion")
 
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +25,22 @@ def versions(churn_model: dict[str, Any]) -> dict[str, Any]:
     """``churn@champion`` (the quickstart's) plus a second version to use as a canary."""
     second = register_model(churn_model["run_id"], "model", "churn")
     return {"champion": churn_model["version"], "second": second["version"]}
+
+
+def _raw_db_bytes(workspace: Path) -> bytes:
+    """Every byte of the metadata DB files, read by another process.
+
+    Opening and closing the DB (or its -shm) file in this process would drop the POSIX locks
+    SQLite holds on it here (locks are per process, released on any close), and a job process
+    sharing the DB could then wreck the WAL index ("disk I/O error").
+    """
+    code = (
+        "import sys, pathlib; sys.stdout.buffer.write(b''.join("
+        "p.read_bytes() for p in sorted(pathlib.Path(sys.argv[1]).glob('aifab.db*'))))"
+    )
+    return subprocess.run(
+        [sys.executable, "-c", code, str(workspace)], capture_output=True, check=True
+    ).stdout
 
 
 def _one_error_line(r: Any) -> str:
@@ -45,7 +63,7 @@ def test_keys_create_shows_the_secret_once_and_stores_only_its_hash(
     assert secret.startswith("aifab-") and key["prefix"] == secret[:12]
     assert key["role"] == "client" and key["rate_per_min"] == 600.0
 
-    stored = b"".join(p.read_bytes() for p in workspace.glob("aifab.db*"))
+    stored = _raw_db_bytes(workspace)
     assert secret.encode() not in stored
     assert hashlib.sha256(secret.encode()).hexdigest().encode() in stored
 
