@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-import contextlib
 import os
 import threading
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -16,20 +15,6 @@ __all__ = ["MAX_INPUTS", "EmbeddingHandler"]
 #: Most texts one request may embed (OpenAI's limit is 2048; a small server wants fewer).
 MAX_INPUTS = 256
 _BATCH = 32
-
-
-@contextlib.contextmanager
-def _quiet_loading() -> Iterator[None]:
-    """Hide transformers' per-weight progress bar while the model loads."""
-    from transformers.utils import logging as hf_logging
-
-    enabled = hf_logging.is_progress_bar_enabled()
-    hf_logging.disable_progress_bar()
-    try:
-        yield
-    finally:
-        if enabled:
-            hf_logging.enable_progress_bar()
 
 
 class EmbeddingHandler:
@@ -63,8 +48,10 @@ class EmbeddingHandler:
         os.environ["HF_HUB_OFFLINE"] = "1"
         from sentence_transformers import SentenceTransformer
 
+        from aifab.models.checkpoint import quiet_transformers
+
         try:
-            with _quiet_loading():
+            with quiet_transformers():
                 model: Any = SentenceTransformer(str(path), device="cpu", local_files_only=True)
         # Damaged files surface as many library-specific types (SafetensorError, ...).
         except Exception as exc:

@@ -32,7 +32,7 @@ _HF_WEIGHTS = ("model.safetensors", "model.safetensors.index.json", "pytorch_mod
 
 
 @contextlib.contextmanager
-def _quiet_transformers() -> Iterator[None]:
+def quiet_transformers() -> Iterator[None]:
     """Hide transformers' per-shard progress bars while saving or loading."""
     from transformers.utils import logging as hf_logging
 
@@ -129,7 +129,7 @@ def save_model(
 
 def _write_weights(directory: Path, module: nn.Module, builder: str) -> None:
     if builder == "causal-lm":
-        with _quiet_transformers():
+        with quiet_transformers():
             module.save_pretrained(str(directory))  # type: ignore[operator]
         return
     from safetensors.torch import save_model as save_safetensors
@@ -214,7 +214,7 @@ def _load_hf(path: Path) -> nn.Module:
     if not any((path / name).is_file() for name in _HF_WEIGHTS):
         raise InvalidInputError(f"{path}: weights file missing (no {', '.join(_HF_WEIGHTS)})")
     try:
-        with _quiet_transformers():
+        with quiet_transformers():
             model = AutoModelForCausalLM.from_pretrained(str(path), local_files_only=True)
     except (SafetensorError, OSError, ValueError, RuntimeError, KeyError) as exc:
         first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
