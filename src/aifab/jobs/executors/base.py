@@ -55,6 +55,22 @@ class AttemptStatus:
         return self.done and all(c == 0 for c in self.exit_codes)
 
 
+#: Final statuses an executor keeps so a repeated poll/stop of a finished attempt answers the same.
+KEEP_DONE = 256
+
+
+def unknown_status(handle: dict[str, Any]) -> AttemptStatus:
+    """The status of an attempt this process did not start (nothing can be measured)."""
+    return AttemptStatus(True, [None] * len(handle.get("replicas", [])), {})
+
+
+def remember_done(done: dict[str, AttemptStatus], key: str, status: AttemptStatus) -> None:
+    """Record ``key``'s final status in ``done``, forgetting the oldest beyond ``KEEP_DONE``."""
+    done[key] = status
+    while len(done) > KEEP_DONE:
+        del done[next(iter(done))]
+
+
 class Executor(Protocol):
     """Runs attempts. Handles are JSON so another worker can clean up after a dead one."""
 

@@ -20,7 +20,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from aifab.jobs.detect import machine_resources
-from aifab.jobs.executors.base import AttemptStatus, Launch, ReplicaLaunch
+from aifab.jobs.executors.base import (
+    AttemptStatus,
+    Launch,
+    ReplicaLaunch,
+    remember_done,
+    unknown_status,
+)
 from aifab.jobs.executors.procs import (
     group_alive,
     group_peak_rss_mb,
@@ -36,8 +42,6 @@ GANG_GRACE_S = 5.0
 _TICK_S = 0.02
 #: Seconds to wait for killed process groups to vanish before giving up on them.
 _KILL_WAIT_S = 10.0
-#: Final statuses kept so a repeated poll/stop of a finished attempt answers the same.
-_KEEP_DONE = 256
 
 
 def _load_prctl() -> Callable[..., int] | None:
@@ -92,11 +96,6 @@ class _Run:
 
 def _key(handle: dict[str, Any]) -> str:
     return str(handle.get("key", ""))
-
-
-def _unknown(handle: dict[str, Any]) -> AttemptStatus:
-    """The status of an attempt this process did not start (nothing can be measured)."""
-    return AttemptStatus(True, [None] * len(handle.get("replicas", [])), {})
 
 
 def _replica_usage(rep: _Replica) -> dict[str, Any]:
@@ -222,7 +221,7 @@ class LocalExecutor:
             return self._done[key]
         run = self._runs.get(key)
         if run is None:
-            return _unknown(handle)
+            return unknown_status(handle)
         for rep in run.replicas:
             self._collect(rep)
         self._stop_failed_gang(run)
@@ -283,7 +282,7 @@ class LocalExecutor:
         run = self._runs.get(key)
         if run is None:
             self.reap(handle)
-            return _unknown(handle)
+            return unknown_status(handle)
         for rep in run.replicas:
             if not rep.reaped:
                 signal_group(rep.proc.pid, signal.SIGTERM)
@@ -321,9 +320,7 @@ class LocalExecutor:
     def _close(self, key: str, run: _Run, status: AttemptStatus) -> None:
         self._gpus_in_use.difference_update(run.gpus)
         self._runs.pop(key, None)
-        self._done[key] = status
-        while len(self._done) > _KEEP_DONE:
-            del self._done[next(iter(self._done))]
+        remember_done(self._done, key, status)
 
     def reap(self, handle: dict[str, Any]) -> None:
         """Kill the process groups of a dead worker's attempt, if it ran on this host."""

@@ -17,7 +17,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
-from aifab.jobs.executors.base import AttemptStatus, Launch
+from aifab.jobs.executors.base import AttemptStatus, Launch, remember_done, unknown_status
 from aifab.jobs.executors.procs import kill_group
 from aifab.jobs.executors.ray_replica import ReplicaProcess
 from aifab.jobs.policy import Node
@@ -31,7 +31,6 @@ READY_TIMEOUT_S = 60.0
 #: Seconds the other replicas of a failed gang get after SIGTERM before SIGKILL.
 GANG_GRACE_S = 5.0
 _KILL_WAIT_S = 10.0
-_KEEP_DONE = 256
 _MIB = 1 << 20
 
 
@@ -45,11 +44,6 @@ class _Run:
     results: dict[int, dict[str, Any]] = field(default_factory=dict)
     #: Replicas stopped because another of their gang failed (reported with exit code None).
     peer_stopped: set[int] = field(default_factory=set)
-
-
-def _unknown(handle: dict[str, Any]) -> AttemptStatus:
-    """The status of an attempt this process did not start (nothing can be measured)."""
-    return AttemptStatus(True, [None] * len(handle.get("replicas", [])), {})
 
 
 def _status(run: _Run) -> AttemptStatus:
@@ -236,7 +230,7 @@ class RayExecutor:
             return self._done[key]
         run = self._runs.get(key)
         if run is None:
-            return _unknown(handle)
+            return unknown_status(handle)
         self._collect(run, timeout=0)
         failed = any(
             res.get("exit_code") not in (0, None) and i not in run.peer_stopped
@@ -275,7 +269,7 @@ class RayExecutor:
         run = self._runs.get(key)
         if run is None:
             self.reap(handle)
-            return _unknown(handle)
+            return unknown_status(handle)
         for i, actor in enumerate(run.actors):
             if i not in run.results:
                 actor.stop.remote(grace_s)
@@ -296,9 +290,7 @@ class RayExecutor:
         with contextlib.suppress(Exception):
             remove_placement_group(run.pg)
         self._runs.pop(key, None)
-        self._done[key] = status
-        while len(self._done) > _KEEP_DONE:
-            del self._done[next(iter(self._done))]
+        remember_done(self._done, key, status)
 
     def reap(self, handle: dict[str, Any]) -> None:
         """Kill what is left of a dead worker's attempt, if Ray is reachable.
