@@ -27,6 +27,13 @@ def _divides(name: str, other: str, value: int, info: ValidationInfo) -> int:
     return value
 
 
+def _all_positive(what: str, value: list[int]) -> list[int]:
+    """Check that every entry of a list of sizes is > 0."""
+    if any(v <= 0 for v in value):
+        raise ValueError(f"every {what} must be > 0")
+    return value
+
+
 class MLPConfig(StrictConfig):
     """A multi-layer perceptron for tabular features."""
 
@@ -43,9 +50,7 @@ class MLPConfig(StrictConfig):
     @field_validator("hidden")
     @classmethod
     def _positive_widths(cls, value: list[int]) -> list[int]:
-        if any(w <= 0 for w in value):
-            raise ValueError("every hidden width must be > 0")
-        return value
+        return _all_positive("hidden width", value)
 
 
 class CNNConfig(StrictConfig):
@@ -64,9 +69,7 @@ class CNNConfig(StrictConfig):
     @field_validator("channels")
     @classmethod
     def _positive_channels(cls, value: list[int]) -> list[int]:
-        if any(c <= 0 for c in value):
-            raise ValueError("every channel count must be > 0")
-        return value
+        return _all_positive("channel count", value)
 
 
 class TransformerClassifierConfig(StrictConfig):
@@ -159,10 +162,7 @@ class CausalLMConfig(StrictConfig):
     @field_validator("kv_heads")
     @classmethod
     def _kv_heads_divide(cls, value: int, info: ValidationInfo) -> int:
-        heads = info.data.get("heads")
-        if isinstance(heads, int) and heads % value:
-            raise ValueError(f"kv_heads ({value}) must divide heads ({heads})")
-        return value
+        return _divides("kv_heads", "heads", value, info)
 
 
 class RotatEConfig(StrictConfig):
@@ -187,33 +187,28 @@ class TransEConfig(StrictConfig):
     margin: float = Field(1.0, gt=0.0, description="Margin of the ranking loss.")
 
 
-#: name -> (task, config class); the builders themselves are resolved lazily through ``ZOO``.
-_SPECS: dict[str, tuple[str, type[StrictConfig]]] = {
-    "mlp": ("tabular", MLPConfig),
-    "cnn": ("image", CNNConfig),
-    "transformer-classifier": ("text", TransformerClassifierConfig),
-    "causal-lm": ("lm", CausalLMConfig),
-    "rotate": ("kg", RotatEConfig),
-    "transe": ("kg", TransEConfig),
+#: name -> (task, config class, builder); builders are imported lazily, through ``ZOO``.
+_SPECS: dict[str, tuple[str, type[StrictConfig], str]] = {
+    "mlp": ("tabular", MLPConfig, "aifab.models.mlp:build_mlp"),
+    "cnn": ("image", CNNConfig, "aifab.models.cnn:build_cnn"),
+    "transformer-classifier": (
+        "text",
+        TransformerClassifierConfig,
+        "aifab.models.transformer:build_transformer_classifier",
+    ),
+    "causal-lm": ("lm", CausalLMConfig, "aifab.models.causal_lm:build_causal_lm"),
+    "rotate": ("kg", RotatEConfig, "aifab.models.kge:build_rotate"),
+    "transe": ("kg", TransEConfig, "aifab.models.kge:build_transe"),
 }
 
-ZOO = Registry(
-    "model",
-    {
-        "mlp": "aifab.models.mlp:build_mlp",
-        "cnn": "aifab.models.cnn:build_cnn",
-        "transformer-classifier": "aifab.models.transformer:build_transformer_classifier",
-        "causal-lm": "aifab.models.causal_lm:build_causal_lm",
-        "rotate": "aifab.models.kge:build_rotate",
-        "transe": "aifab.models.kge:build_transe",
-    },
-)
+ZOO = Registry("model", {name: builder for name, (_, _, builder) in _SPECS.items()})
 
 
 def _spec(name: str) -> tuple[str, type[StrictConfig]]:
     if name not in _SPECS:
         raise InvalidInputError(f"unknown model {name!r} (known: {', '.join(sorted(_SPECS))})")
-    return _SPECS[name]
+    task, cls, _ = _SPECS[name]
+    return task, cls
 
 
 def task_of(name: str) -> str:
@@ -290,5 +285,5 @@ def list_zoo() -> list[dict[str, Any]]:
             "description": (cls.__doc__ or "").strip(),
             "fields": config_fields(cls),
         }
-        for name, (task, cls) in _SPECS.items()
+        for name, (task, cls, _) in _SPECS.items()
     ]
