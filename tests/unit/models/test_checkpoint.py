@@ -24,14 +24,6 @@ CASES = {
 }
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
 def outputs(model: torch.nn.Module, x: torch.Tensor) -> torch.Tensor:
     with torch.no_grad():
         out = model(x)

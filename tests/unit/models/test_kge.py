@@ -11,15 +11,6 @@ from aifab.models.zoo import build_model
 E, R = 12, 2
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    # Tiny tensors on shared cores: extra intra-op threads only contend.
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
 def make(name: str, **extra: object) -> torch.nn.Module:
     torch.manual_seed(0)
     return build_model(name, {"num_entities": E, "num_relations": R, "dim": 8, **extra})

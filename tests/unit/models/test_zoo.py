@@ -18,15 +18,6 @@ from aifab.models.zoo import CausalLMConfig, build_model, list_zoo, model_config
 NAMES = {"mlp", "cnn", "transformer-classifier", "causal-lm", "rotate", "transe"}
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    # Several test processes share two cores; extra intra-op threads only contend.
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
 def n_params(model: torch.nn.Module) -> int:
     return sum(p.numel() for p in model.parameters())
 
