@@ -71,6 +71,11 @@ def list_versions(name: str) -> list[dict[str, Any]]:
         NotFoundError: no model has this name.
     """
     _registered(_check_model_name(name))
+    return _versions(name)
+
+
+def _versions(name: str) -> list[dict[str, Any]]:
+    """The versions of the registered model ``name``, newest first (no existence check)."""
     found = get_client().search_model_versions(f"name = '{name}'")
     return sorted((_version_dict(mv) for mv in found), key=lambda v: -v["version"])
 
@@ -111,7 +116,7 @@ def resolve_model(ref: str) -> dict[str, Any]:
     rm = _registered(name)
     client = get_client()
     if selector is None or selector == "latest":
-        versions = list_versions(name)
+        versions = _versions(name)  # ``rm`` proved the model exists
         if not versions:
             raise NotFoundError(f"model {name!r} has no versions")
         return versions[0]
@@ -121,7 +126,7 @@ def resolve_model(ref: str) -> dict[str, Any]:
         return _version_dict(client.get_model_version_by_alias(name, selector))
     except MlflowException:
         if selector.isdigit():
-            have = ", ".join(str(v["version"]) for v in reversed(list_versions(name))) or "none"
+            have = ", ".join(str(v["version"]) for v in reversed(_versions(name))) or "none"
             raise NotFoundError(
                 f"model {name!r} has no version {selector} (versions: {have})"
             ) from None

@@ -12,6 +12,7 @@ from aifab.core.db import session_scope
 from aifab.core.errors import InvalidInputError, NotFoundError
 from aifab.track import (
     download_model,
+    get_client,
     list_models,
     list_versions,
     register_model,
@@ -19,41 +20,20 @@ from aifab.track import (
     set_alias,
     start_run,
 )
-
-
-def _set_env(mp: pytest.MonkeyPatch, home: Path) -> None:
-    mp.setenv("AIFAB_HOME", str(home))
-    mp.setenv("AIFAB_ACTOR", "user:test")
-    for name in ("AIFAB_DB_URL", "AIFAB_TRACKING_URI", "AIFAB_DEBUG"):
-        mp.delenv(name, raising=False)
-
-
-@pytest.fixture(scope="module")
-def home(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    # Shared with the other track tests in the session: MLflow's schema takes seconds to make.
-    return tmp_path_factory.getbasetemp() / "track-ws"
-
-
-@pytest.fixture(autouse=True)
-def workspace(home: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """Overrides the per-test workspace with the shared one."""
-    _set_env(monkeypatch, home)
-    return home
+from aifab.track.registry import attach_export
 
 
 @pytest.fixture(scope="module")
 def runs(home: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[str]]:
     """Two finished runs, each with a ``model`` directory artifact (weights differ)."""
     ids = []
-    with pytest.MonkeyPatch.context() as mp:
-        _set_env(mp, home)
-        for i in range(2):
-            model = tmp_path_factory.mktemp(f"model{i}")
-            (model / "weights.bin").write_bytes(bytes([i]) * 8)
-            (model / "aifab-model.json").write_text(f'{{"i": {i}}}')
-            with start_run("t-registry", system_metrics=False) as run:
-                run.log_artifacts(model, "model")
-            ids.append(run.id)
+    for i in range(2):  # ``home`` has set the shared workspace in the environment
+        model = tmp_path_factory.mktemp(f"model{i}")
+        (model / "weights.bin").write_bytes(bytes([i]) * 8)
+        (model / "aifab-model.json").write_text(f'{{"i": {i}}}')
+        with start_run("t-registry", system_metrics=False) as run:
+            run.log_artifacts(model, "model")
+        ids.append(run.id)
     yield ids
 
 
@@ -128,3 +108,28 @@ def test_download_returns_the_files_once_per_version(runs: list[str], home: Path
     assert download_model("reg-d@1") == path  # reused, not downloaded again
     latest = download_model("reg-d")
     assert latest != path and (latest / "weights.bin").read_bytes() == b"\x01" * 8
+
+
+def test_latest_of_a_model_without_versions_is_named() -> None:
+    get_client().create_registered_model("reg-empty")
+    with pytest.raises(NotFoundError, match="model 'reg-empty' has no versions"):
+        resolve_model("reg-empty")
+    assert list_versions("reg-empty") == []
+
+
+def test_attach_export_logs_files_and_tags_the_version(runs: list[str], tmp_path: Path) -> None:
+    register_model(runs[0], "model", "reg-e")
+    export = tmp_path / "onnx"
+    export.mkdir()
+    (export / "model.onnx").write_bytes(b"onnx")
+    uri = attach_export("reg-e@1", export, "onnx")
+    assert uri == f"runs:/{runs[0]}/exports/onnx"
+    assert resolve_model("reg-e")["tags"]["aifab.export.onnx"] == uri
+    files = [a.path for a in get_client().list_artifacts(runs[0], "exports/onnx")]
+    assert files == ["exports/onnx/model.onnx"]
+    with pytest.raises(InvalidInputError, match="format 'ONNX'"):
+        attach_export("reg-e@1", export, "ONNX")
+    with pytest.raises(InvalidInputError, match="export directory does not exist"):
+        attach_export("reg-e@1", tmp_path / "missing", "onnx")
+    with pytest.raises(NotFoundError, match="has no version 7"):
+        attach_export("reg-e@7", export, "onnx")

@@ -20,17 +20,6 @@ DATASETS = [
 ]  # fmt: skip
 
 
-@pytest.fixture(autouse=True)
-def workspace(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """One workspace for every track test in the session: MLflow's schema takes seconds to make."""
-    home = tmp_path_factory.getbasetemp() / "track-ws"
-    monkeypatch.setenv("AIFAB_HOME", str(home))
-    monkeypatch.setenv("AIFAB_ACTOR", "user:test")
-    for name in ("AIFAB_DB_URL", "AIFAB_TRACKING_URI", "AIFAB_DEBUG"):
-        monkeypatch.delenv(name, raising=False)
-    return home
-
-
 def test_metric_history_equals_what_was_logged(workspace: Path) -> None:
     with start_run("t-metrics", run_name="m", system_metrics=False) as run:
         for step in range(60):
