@@ -54,8 +54,9 @@ def git_info(path: Path) -> dict[str, Any] | None:
     Returns:
         ``{"commit", "dirty", "root"}``, or None when ``path`` is not inside a git work tree.
     """
-    root = _git(["rev-parse", "--show-toplevel"], path)
-    commit = _git(["rev-parse", "HEAD"], path) if root else None
+    # One process for both: it fails outside a work tree and in a repo with no commit yet.
+    out = _git(["rev-parse", "--show-toplevel", "HEAD"], path)
+    root, _, commit = (out or "").partition("\n")
     if not root or not commit:
         return None
     status = _git(["status", "--porcelain", "--untracked-files=no"], path)
