@@ -208,16 +208,14 @@ def default_study_name(recipe: str, base_config: Mapping[str, Any], spec: SweepS
 
 def _with_params(base: Mapping[str, Any], values: Mapping[str, Any]) -> dict[str, Any]:
     """A deep copy of ``base`` with each dotted key set (missing mappings created)."""
+    from aifab.train.submit import set_dotted
+
     out: dict[str, Any] = json.loads(json.dumps(base, default=str))
     for key, value in values.items():
-        node, parts = out, key.split(".")
-        for depth, part in enumerate(parts[:-1]):
-            child = node.setdefault(part, {})
-            if not isinstance(child, dict):
-                where = ".".join(parts[: depth + 1])
-                raise InvalidInputError(f"{key}: {where} is not a mapping in the config")
-            node = child
-        node[parts[-1]] = value
+        try:
+            set_dotted(out, key.split("."), value)
+        except InvalidInputError as exc:
+            raise InvalidInputError(f"{key}: {exc.message} in the config") from None
     return out
 
 

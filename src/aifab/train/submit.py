@@ -66,17 +66,30 @@ def apply_overrides(config: Mapping[str, Any], overrides: Sequence[str]) -> dict
     out: dict[str, Any] = _deep_copy(config)
     for item in overrides:
         parts, value = parse_override(item)
-        node = out
-        for depth, part in enumerate(parts[:-1]):
-            child = node.get(part)
-            if child is None:
-                child = node[part] = {}
-            if not isinstance(child, dict):
-                where = ".".join(parts[: depth + 1])
-                raise InvalidInputError(f"override {item!r}: {where} is not a mapping")
-            node = child
-        node[parts[-1]] = value
+        try:
+            set_dotted(out, parts, value)
+        except InvalidInputError as exc:
+            raise InvalidInputError(f"override {item!r}: {exc.message}") from None
     return out
+
+
+def set_dotted(config: dict[str, Any], parts: Sequence[str], value: Any) -> None:
+    """Set ``config[parts[0]]...[parts[-1]] = value`` in place, creating missing mappings.
+
+    A key on the way that is absent or null becomes an empty mapping.
+
+    Raises:
+        InvalidInputError: a key on the way holds something other than a mapping (named).
+    """
+    node = config
+    for depth, part in enumerate(parts[:-1]):
+        child = node.get(part)
+        if child is None:
+            child = node[part] = {}
+        if not isinstance(child, dict):
+            raise InvalidInputError(f"{'.'.join(parts[: depth + 1])} is not a mapping")
+        node = child
+    node[parts[-1]] = value
 
 
 def _deep_copy(config: Mapping[str, Any]) -> dict[str, Any]:
