@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import contextlib
 import importlib.util
-import os
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -335,7 +334,7 @@ def finish_run(
     from aifab.models.checkpoint import save_model
     from aifab.models.zoo import build_model as build_zoo_model
     from aifab.track.codeversion import code_version
-    from aifab.track.registry import register_model, set_alias
+    from aifab.train.lifecycle import publish
 
     name, model_cfg = model
     step = int(metrics.get("steps", 0))
@@ -352,32 +351,11 @@ def finish_run(
         "code_version": {k: v for k, v in code_version().items() if k != "packages"},
     }
     save_model(out, module, builder=name, config=model_cfg, meta=meta, tokenizer=data.tokenizer)
-    run.log_dict(cfg.model_dump(mode="json", by_alias=True), "config.json")
     if data.transform is not None:
         data.transform.save(out / "feature_transform.json")
         run.log_artifact(out / "feature_transform.json", "features")
     elif "standardize" in data.preprocess:
         run.log_dict(data.preprocess, "features/preprocess.json")
-    run.log_artifacts(out, "model")
-    version = None
-    if cfg.register_as:
-        mv = register_model(
-            run.id,
-            "model",
-            cfg.register_as,
-            tags={"recipe": "classify", "dataset": data.dataset_inputs[0]["ref"]},
-        )
-        version = int(mv["version"])
-        if cfg.alias:
-            set_alias(cfg.register_as, cfg.alias, version)
+    dataset_ref = data.dataset_inputs[0]["ref"]
+    version = publish(run, out, recipe="classify", cfg=cfg, dataset_ref=dataset_ref)
     return {"model_dir": str(out), "model_version": version, "registered_as": cfg.register_as}
-
-
-def job_tags() -> dict[str, str]:
-    """Run tags naming the scheduler job this process belongs to (none outside a job)."""
-    job = os.environ.get("AIFAB_JOB_ID")
-    return (
-        {"aifab.job_id": job, "aifab.job_attempt": os.environ.get("AIFAB_JOB_ATTEMPT", "")}
-        if job
-        else {}
-    )

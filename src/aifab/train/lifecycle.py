@@ -2,12 +2,14 @@
 
 The process group of a data-parallel job, the train state a checkpoint saves and a resumed job
 loads, the MLflow run opened or continued (rank 0 only), one optimizer step over this rank's
-shard of the global batch, and publishing the result: model directory, lineage, registry.
+shard of the global batch, and publishing the result: model directory, lineage, registry
+(classify, with a loop of its own, shares ``open_run`` and ``publish``).
 """
 
 from __future__ import annotations
 
 import contextlib
+import os
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,6 +22,7 @@ if TYPE_CHECKING:
 
     from aifab.data.catalog import VersionInfo
     from aifab.train.distributed import DistInfo
+    from aifab.train.recipe_config import RecipeConfig
 
 
 def run_distributed(
@@ -227,7 +230,7 @@ def ending(run: Any) -> Iterator[None]:
 
 
 def summary(
-    state: TrainState, cfg: Any, metrics: Mapping[str, float], **fields: Any
+    state: TrainState, cfg: RecipeConfig, metrics: Mapping[str, float], **fields: Any
 ) -> dict[str, Any]:
     """What a recipe's ``main`` returns; rank 0 fills in ``model_dir`` and ``model_version``."""
     return {
@@ -261,9 +264,19 @@ def open_run(recipe: str, cfg: Any, datasets: list[dict[str, Any]], run_id: str 
         cfg.experiment,
         run_name=cfg.run_name,
         params={"recipe": recipe, **cfg.model_dump(mode="json", by_alias=True)},
-        tags={"aifab.recipe": recipe},
+        tags={"aifab.recipe": recipe, **job_tags()},
         datasets=datasets,
         system_metrics=cfg.system_metrics,
+    )
+
+
+def job_tags() -> dict[str, str]:
+    """Run tags naming the scheduler job this process belongs to (none outside a job)."""
+    job = os.environ.get("AIFAB_JOB_ID")
+    return (
+        {"aifab.job_id": job, "aifab.job_attempt": os.environ.get("AIFAB_JOB_ATTEMPT", "")}
+        if job
+        else {}
     )
 
 
@@ -356,7 +369,13 @@ def lineage_meta(
 
 
 def publish(
-    run: Any, out: Path, *, recipe: str, cfg: Any, dataset_ref: str, artifact_path: str = "model"
+    run: Any,
+    out: Path,
+    *,
+    recipe: str,
+    cfg: RecipeConfig,
+    dataset_ref: str,
+    artifact_path: str = "model",
 ) -> int | None:
     """Log the config and ``out`` to the run; register it when ``cfg.register_as`` is set.
 

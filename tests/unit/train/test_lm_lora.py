@@ -151,6 +151,20 @@ def test_lm_bad_column_is_named(lm: dict[str, Any]) -> None:
         main({"dataset": "corpus", "text_column": "body", **FAST})
 
 
+def test_recipe_runs_carry_their_scheduler_job(monkeypatch: pytest.MonkeyPatch) -> None:
+    # A sweep finds a trial's run by this tag (trial.tag_trial_run) for lm, lora and kge too.
+    from aifab.track import get_run
+    from aifab.train.lifecycle import open_run
+    from aifab.train.recipes.lm import Config
+
+    monkeypatch.setenv("AIFAB_JOB_ID", "job-7")
+    monkeypatch.setenv("AIFAB_JOB_ATTEMPT", "2")
+    run = open_run("lm", Config(dataset="corpus", system_metrics=False), [], None)
+    run.end("FINISHED")
+    tags = get_run(run.id)["tags"]
+    assert tags["aifab.job_id"] == "job-7" and tags["aifab.job_attempt"] == "2"
+
+
 # ---- lora ------------------------------------------------------------------------------------
 
 

@@ -17,10 +17,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from pydantic import ConfigDict, Field
+from pydantic import Field
 
 from aifab.core.config import StrictConfig, as_config
 from aifab.core.errors import InvalidInputError
+from aifab.train.lifecycle import open_run
+from aifab.train.recipe_config import OptimConfig, RecipeConfig
 from aifab.train.trial import ENV_STORAGE
 
 if TYPE_CHECKING:
@@ -30,18 +32,6 @@ if TYPE_CHECKING:
     from aifab.train.classification import ClassifyData
     from aifab.train.distributed import DistInfo
     from aifab.train.loop import EarlyStopping
-
-
-class OptimConfig(StrictConfig):
-    """AdamW with linear warmup then cosine decay."""
-
-    lr: float = Field(1e-3, gt=0, description="Peak learning rate.")
-    weight_decay: float = Field(0.01, ge=0, description="AdamW decoupled weight decay.")
-    betas: tuple[float, float] = Field((0.9, 0.999), description="AdamW betas.")
-    warmup_steps: int = Field(0, ge=0, description="Optimizer steps of linear warmup.")
-    min_lr_ratio: float = Field(0.0, ge=0, le=1, description="Final LR as a share of lr.")
-    grad_accum: int = Field(1, ge=1, description="Micro-batches per optimizer step.")
-    clip_norm: float | None = Field(1.0, gt=0, description="Max global grad norm (null: off).")
 
 
 class EarlyStopConfig(StrictConfig):
@@ -63,12 +53,11 @@ class ModelChoice(StrictConfig):
     config: dict[str, Any] = Field(default_factory=dict, description="Zoo config overrides.")
 
 
-class Config(StrictConfig):
-    """Everything the classify recipe reads (shipped YAML files are instances of it)."""
+class Config(RecipeConfig):
+    """Everything the classify recipe reads (shipped YAML files are instances of it).
 
-    # ``register`` would shadow BaseModel.register, so the field is ``register_as`` with the
-    # YAML key ``register``; dumps use the alias.
-    model_config = ConfigDict(frozen=True, extra="forbid", populate_by_name=True)
+    The keys every recipe shares (checkpoints, seed, device, run, output) are RecipeConfig's.
+    """
 
     dataset: str = Field(..., description="Dataset ref (NAME or NAME@VERSION).")
     label: str = Field("label", description="Label column.")
@@ -102,28 +91,13 @@ class Config(StrictConfig):
     optim: OptimConfig = Field(default_factory=OptimConfig)
     eval_every: int | None = Field(None, ge=1, description="Steps between evals (default: epoch).")
     early_stopping: EarlyStopConfig | None = None
-    checkpoint_every: int | None = Field(None, ge=1, description="Steps between checkpoints.")
-    checkpoint_dir: str | None = Field(None, description="Default: $AIFAB_CHECKPOINT_DIR.")
-    keep_checkpoints: int = Field(2, ge=1, description="Checkpoints kept on disk.")
-    seed: int = 0
-    deterministic: bool = Field(False, description="Deterministic kernels, fixed threads.")
-    threads: int | None = Field(None, ge=1, description="Torch threads (deterministic: 1).")
     bf16: bool | None = Field(
         None, description="bf16 autocast; default on for GPUs that support it, off on CPU."
     )
-    device: Literal["auto", "cpu", "cuda"] = "auto"
     strategy: Literal["ddp", "fsdp", "deepspeed"] = Field("ddp", description="Data parallelism.")
     deepspeed: dict[str, Any] | None = Field(None, description="DeepSpeed config (ZeRO...).")
     experiment: str = Field("classify", description="MLflow experiment.")
-    run_name: str | None = None
     log_every: int = Field(10, ge=1, description="Steps between train-loss points.")
-    system_metrics: bool = Field(True, description="Log CPU/memory/GPU use.")
-    progress: bool = Field(True, description="Progress bar (only on a terminal).")
-    output_dir: str | None = Field(None, description="Model directory (default: artifacts).")
-    register_as: str | None = Field(
-        None, alias="register", description="Register the model under this name."
-    )
-    alias: str | None = Field(None, description="Alias for the registered version.")
 
     def check_inputs(self) -> None:
         """Check the dataset and columns before a job starts (see aifab.train.submit)."""
@@ -183,7 +157,8 @@ def _train(cfg: Config, info: DistInfo, device: torch.device) -> dict[str, Any]:
 
     parts, pos = _setup(cfg, info, device)
     pos = _resume(cfg, info, parts, pos)
-    run = _open_run(cfg, parts.data, pos.run_id) if info.is_main else None
+    datasets = parts.data.dataset_inputs
+    run = open_run("classify", cfg, datasets, pos.run_id) if info.is_main else None
     # Every rank records the run id in checkpoints; only rank 0 holds the run.
     pos.run_id = distributed.broadcast_object(run.id if run else None, info)
     if run is not None and parts.reporter is not None:
@@ -456,23 +431,6 @@ def _finish(
         if parts.reporter is not None:
             parts.reporter.finish(metrics)
     return summary
-
-
-def _open_run(cfg: Config, data: ClassifyData, run_id: str | None) -> Any:
-    """Start the MLflow run, or continue the one a checkpoint names."""
-    from aifab.track.tracking import resume_run, start_run
-    from aifab.train.classification import job_tags
-
-    if run_id is not None:
-        return resume_run(run_id, system_metrics=cfg.system_metrics)
-    return start_run(
-        cfg.experiment,
-        run_name=cfg.run_name,
-        params={"recipe": "classify", **cfg.model_dump(mode="json", by_alias=True)},
-        tags={"aifab.recipe": "classify", **job_tags()},
-        datasets=data.dataset_inputs,
-        system_metrics=cfg.system_metrics,
-    )
 
 
 if __name__ == "__main__":

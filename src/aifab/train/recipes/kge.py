@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from pydantic import ConfigDict, Field
+from pydantic import Field
 
 from aifab.core.config import StrictConfig, as_config
 from aifab.core.errors import InvalidInputError
@@ -35,6 +35,7 @@ from aifab.train.lifecycle import (
     run_distributed,
     summary,
 )
+from aifab.train.recipe_config import RecipeConfig
 
 if TYPE_CHECKING:
     import torch
@@ -55,10 +56,11 @@ class KGEModelChoice(StrictConfig):
     )
 
 
-class Config(StrictConfig):
-    """Everything the kge recipe reads (shipped YAML files are instances of it)."""
+class Config(RecipeConfig):
+    """Everything the kge recipe reads (shipped YAML files are instances of it).
 
-    model_config = ConfigDict(frozen=True, extra="forbid", populate_by_name=True)
+    The keys every recipe shares (checkpoints, seed, device, run, output) are RecipeConfig's.
+    """
 
     dataset: str = Field(..., description="Dataset ref of triples (NAME or NAME@VERSION).")
     head_column: str = Field("head", description="Head entity column.")
@@ -74,21 +76,7 @@ class Config(StrictConfig):
         None, ge=1, description="Epochs between validation MRR evaluations (default: 10 evals)."
     )
     checkpoint_every: int | None = Field(None, ge=1, description="Epochs between checkpoints.")
-    checkpoint_dir: str | None = Field(None, description="Default: $AIFAB_CHECKPOINT_DIR.")
-    keep_checkpoints: int = Field(2, ge=1, description="Checkpoints kept on disk.")
-    seed: int = 0
-    deterministic: bool = Field(False, description="Deterministic kernels, fixed threads.")
-    threads: int | None = Field(None, ge=1, description="Torch threads (deterministic: 1).")
-    device: Literal["auto", "cpu", "cuda"] = "auto"
     experiment: str = Field("kge", description="MLflow experiment.")
-    run_name: str | None = None
-    system_metrics: bool = Field(True, description="Log CPU/memory/GPU use.")
-    progress: bool = Field(True, description="Progress bar (only on a terminal).")
-    output_dir: str | None = Field(None, description="Model directory (default: artifacts).")
-    register_as: str | None = Field(
-        None, alias="register", description="Register the model under this name."
-    )
-    alias: str | None = Field(None, description="Alias for the registered version.")
 
     def check_inputs(self) -> None:
         """Check the dataset and its triple columns before a job starts."""

@@ -15,11 +15,11 @@ import sys
 import time
 from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 
-from pydantic import ConfigDict, Field
+from pydantic import Field
 
-from aifab.core.config import StrictConfig, as_config
+from aifab.core.config import as_config
 from aifab.core.errors import InvalidInputError
 from aifab.train.lifecycle import (
     TrainState,
@@ -35,7 +35,7 @@ from aifab.train.lifecycle import (
     run_distributed,
     summary,
 )
-from aifab.train.recipes.classify import OptimConfig
+from aifab.train.recipe_config import OptimConfig, RecipeConfig
 
 if TYPE_CHECKING:
     import torch
@@ -49,11 +49,11 @@ def _default_optim() -> OptimConfig:
     return OptimConfig(lr=3e-3, weight_decay=0.1, warmup_steps=20, min_lr_ratio=0.1)
 
 
-class Config(StrictConfig):
-    """Everything the lm recipe reads (shipped YAML files are instances of it)."""
+class Config(RecipeConfig):
+    """Everything the lm recipe reads (shipped YAML files are instances of it).
 
-    # ``register`` would shadow BaseModel.register: the field is ``register_as``, key ``register``.
-    model_config = ConfigDict(frozen=True, extra="forbid", populate_by_name=True)
+    The keys every recipe shares (checkpoints, seed, device, run, output) are RecipeConfig's.
+    """
 
     dataset: str = Field(..., description="Dataset ref (NAME or NAME@VERSION) with a text column.")
     text_column: str = Field("text", description="Column of raw text.")
@@ -72,24 +72,9 @@ class Config(StrictConfig):
     eval_blocks: int | None = Field(
         None, ge=1, description="Validation blocks per periodic eval (default: all)."
     )
-    checkpoint_every: int | None = Field(None, ge=1, description="Steps between checkpoints.")
-    checkpoint_dir: str | None = Field(None, description="Default: $AIFAB_CHECKPOINT_DIR.")
-    keep_checkpoints: int = Field(2, ge=1, description="Checkpoints kept on disk.")
-    seed: int = 0
-    deterministic: bool = Field(False, description="Deterministic kernels, fixed threads.")
-    threads: int | None = Field(None, ge=1, description="Torch threads (deterministic: 1).")
     bf16: bool = Field(False, description="bf16 autocast (CPU and Ampere+ GPUs).")
-    device: Literal["auto", "cpu", "cuda"] = "auto"
     experiment: str = Field("lm", description="MLflow experiment.")
-    run_name: str | None = None
     log_every: int = Field(10, ge=1, description="Steps between train-loss points.")
-    system_metrics: bool = Field(True, description="Log CPU/memory/GPU use.")
-    progress: bool = Field(True, description="Progress bar (only on a terminal).")
-    output_dir: str | None = Field(None, description="Model directory (default: artifacts).")
-    register_as: str | None = Field(
-        None, alias="register", description="Register the model under this name."
-    )
-    alias: str | None = Field(None, description="Alias for the registered version.")
 
     def check_inputs(self) -> None:
         """Check the dataset and its text column before a job starts."""

@@ -14,9 +14,9 @@ import sys
 import time
 from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 
-from pydantic import ConfigDict, Field
+from pydantic import Field
 
 from aifab.core.config import StrictConfig, as_config
 from aifab.core.errors import InvalidInputError
@@ -36,7 +36,7 @@ from aifab.train.lifecycle import (
     run_distributed,
     summary,
 )
-from aifab.train.recipes.classify import OptimConfig
+from aifab.train.recipe_config import OptimConfig, RecipeConfig
 
 if TYPE_CHECKING:
     import torch
@@ -65,10 +65,11 @@ def _default_optim() -> OptimConfig:
     return OptimConfig(lr=2e-3, weight_decay=0.0, warmup_steps=5)
 
 
-class Config(StrictConfig):
-    """Everything the lora recipe reads (shipped YAML files are instances of it)."""
+class Config(RecipeConfig):
+    """Everything the lora recipe reads (shipped YAML files are instances of it).
 
-    model_config = ConfigDict(frozen=True, extra="forbid", populate_by_name=True)
+    The keys every recipe shares (checkpoints, seed, device, run, output) are RecipeConfig's.
+    """
 
     dataset: str = Field(
         ...,
@@ -88,26 +89,15 @@ class Config(StrictConfig):
     optim: OptimConfig = Field(default_factory=_default_optim)
     eval_every: int | None = Field(None, ge=1, description="Steps between evals (default: epoch).")
     merge: bool = Field(False, description="Also save the base with the adapters merged in.")
-    checkpoint_every: int | None = Field(None, ge=1, description="Steps between checkpoints.")
-    checkpoint_dir: str | None = Field(None, description="Default: $AIFAB_CHECKPOINT_DIR.")
-    keep_checkpoints: int = Field(2, ge=1, description="Checkpoints kept on disk.")
-    seed: int = 0
-    deterministic: bool = Field(False, description="Deterministic kernels, fixed threads.")
-    threads: int | None = Field(None, ge=1, description="Torch threads (deterministic: 1).")
     bf16: bool = Field(False, description="bf16 autocast (CPU and Ampere+ GPUs).")
-    device: Literal["auto", "cpu", "cuda"] = "auto"
     experiment: str = Field("lora", description="MLflow experiment.")
-    run_name: str | None = None
     log_every: int = Field(10, ge=1, description="Steps between train-loss points.")
-    system_metrics: bool = Field(True, description="Log CPU/memory/GPU use.")
-    progress: bool = Field(True, description="Progress bar (only on a terminal).")
     output_dir: str | None = Field(None, description="Adapter directory (default: artifacts).")
     register_as: str | None = Field(
         None,
         alias="register",
         description="Register under this name: the merged model with merge, else the adapter.",
     )
-    alias: str | None = Field(None, description="Alias for the registered version.")
 
     def check_inputs(self) -> None:
         """Check the dataset's columns and that ``base`` is a causal LM with a tokenizer.
