@@ -9,6 +9,12 @@ from typing import Any
 from aifab.core.errors import NotFoundError
 
 
+def load_target(target: str) -> Any:
+    """Import and return the object a ``"package.module:attr"`` string names."""
+    module_name, attr = target.split(":", 1)
+    return getattr(importlib.import_module(module_name), attr)
+
+
 class Registry:
     """A named table of lazily imported objects (steps, sources, recipes, executors)."""
 
@@ -37,6 +43,5 @@ class Registry:
             if name not in self._entries:
                 known = ", ".join(self.names()) or "none"
                 raise NotFoundError(f"unknown {self.kind} {name!r} (known: {known})")
-            module_name, attr = self._entries[name].split(":", 1)
-            self._loaded[name] = getattr(importlib.import_module(module_name), attr)
+            self._loaded[name] = load_target(self._entries[name])
         return self._loaded[name]

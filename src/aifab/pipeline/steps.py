@@ -7,7 +7,6 @@ service. Later layers add their step types to :data:`STEPS` by name.
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -16,7 +15,7 @@ from pydantic import BaseModel, Field, model_validator
 
 from aifab.core.config import StrictConfig, load_yaml, parse_config
 from aifab.core.errors import InvalidInputError
-from aifab.core.registry import Registry
+from aifab.core.registry import Registry, load_target
 from aifab.data.catalog import VersionInfo
 from aifab.pipeline.spec import PreparedStep, StepContext, StepOutputs, is_url, validate_params
 
@@ -67,15 +66,9 @@ class TransformParams(StrictConfig):
         return self
 
 
-def _load(target: str) -> Any:
-    """Import ``"module:attr"``; by module, as ``aifab.data.label`` is a module and a function."""
-    module, attr = target.split(":")
-    return getattr(importlib.import_module(module), attr)
-
-
 def _spec(ctx: StepContext, model_name: str, spec: str | dict[str, Any]) -> tuple[Any, list[Path]]:
     """Validate a service spec given inline or as a file; return it and the files it came from."""
-    model: type[BaseModel] = _load(model_name)
+    model: type[BaseModel] = load_target(model_name)
     if isinstance(spec, str):
         path = ctx.path(spec)
         return parse_config(model, load_yaml(path), source=spec), [path]
@@ -115,7 +108,7 @@ def _transform(
     p = ctx.params(TransformParams, params)
     spec, files = _spec(ctx, model, p.spec)
     source = ctx.dataset(p.input)
-    fn = _load(service)
+    fn = load_target(service)  # by module path: ``aifab.data.label`` is also a function
 
     def run() -> StepOutputs:
         res = fn(source.ref, spec, output=p.output)

@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from aifab.core.config import load_config, load_yaml
+from aifab.core.registry import load_target
 from aifab.jobs.spec import JobSpec
 from aifab.pipeline.spec import load_pipeline
 
@@ -19,14 +20,6 @@ SPEC_MODELS = {
     "split": "aifab.data.splits:SplitSpec",
     "features": "aifab.data.features:FeatureSpec",
 }
-
-
-def _model(target: str) -> type:
-    import importlib
-
-    module, attr = target.split(":")
-    cls: type = getattr(importlib.import_module(module), attr)
-    return cls
 
 
 def _yaml_files() -> list[Path]:
@@ -44,7 +37,7 @@ def test_shipped_yaml_validates(path: Path) -> None:
         for step in pipeline.steps:
             spec = step.with_.get("spec")
             if isinstance(spec, str) and step.uses in SPEC_MODELS:
-                load_config(_model(SPEC_MODELS[step.uses]), path.parent / spec)
+                load_config(load_target(SPEC_MODELS[step.uses]), path.parent / spec)
             if step.uses == "deploy":
                 from aifab.pipeline.serve_steps import DeployParams
                 from aifab.pipeline.spec import validate_params
