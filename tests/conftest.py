@@ -13,14 +13,20 @@ import pytest
 from aifab.core.db import reset_engines
 
 
+def isolate_env(mp: pytest.MonkeyPatch, home: Path) -> None:
+    """Point aifab at ``home`` alone: no DB, tracking server or model hub from the caller's env."""
+    mp.setenv("AIFAB_HOME", str(home))
+    mp.setenv("AIFAB_ACTOR", "user:test")
+    mp.setenv("HF_HUB_OFFLINE", "1")
+    for name in ("AIFAB_DB_URL", "AIFAB_TRACKING_URI", "AIFAB_CHECKPOINT_DIR", "AIFAB_DEBUG"):
+        mp.delenv(name, raising=False)
+
+
 @pytest.fixture(autouse=True)
-def workspace(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+def workspace(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     """A fresh AIFAB_HOME per test (and engines pointing at it)."""
     home = tmp_path / "ws"
-    monkeypatch.setenv("AIFAB_HOME", str(home))
-    monkeypatch.setenv("AIFAB_ACTOR", "user:test")
-    monkeypatch.delenv("AIFAB_DB_URL", raising=False)
-    monkeypatch.delenv("AIFAB_DEBUG", raising=False)
+    isolate_env(monkeypatch, home)
     reset_engines()
     yield home
     reset_engines()
@@ -36,11 +42,7 @@ def module_workspace(
     """
     home = tmp_path_factory.mktemp(request.module.__name__.rsplit(".", 1)[-1]) / "ws"
     with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("AIFAB_HOME", str(home))
-        mp.setenv("AIFAB_ACTOR", "user:test")
-        mp.setenv("HF_HUB_OFFLINE", "1")
-        for name in ("AIFAB_DB_URL", "AIFAB_TRACKING_URI", "AIFAB_CHECKPOINT_DIR", "AIFAB_DEBUG"):
-            mp.delenv(name, raising=False)
+        isolate_env(mp, home)
         reset_engines()
         yield home
     reset_engines()
