@@ -9,8 +9,6 @@ import typer
 
 from aifab.cli.output import JSON_HELP, emit, when
 
-_OUTPUT_HELP = "Dataset name for the result."
-
 
 def _features(
     name: str = typer.Argument(..., help="Input dataset (NAME or NAME@VERSION)."),
