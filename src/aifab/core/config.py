@@ -9,7 +9,7 @@ from typing import Any, TypeVar
 import yaml
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from aifab.core.errors import InvalidInputError
+from aifab.core.errors import InvalidInputError, first_line
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -33,7 +33,7 @@ def load_yaml(path: Path) -> Any:
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f":{mark.line + 1}:{mark.column + 1}" if mark is not None else ""
-        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        problem = getattr(exc, "problem", None) or first_line(exc)
         raise InvalidInputError(f"{path}{where}: invalid YAML: {problem}") from None
 
 

@@ -21,7 +21,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from aifab.core.atomic import atomic_path
-from aifab.core.errors import InvalidInputError, NotFoundError
+from aifab.core.errors import InvalidInputError, NotFoundError, first_line
 from aifab.core.ids import new_id
 from aifab.core.workspace import get_workspace
 from aifab.data import lake
@@ -92,7 +92,7 @@ def _to_table(
         except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, ValueError) as exc:
             bad.append(
                 QuarantineItem(
-                    "schema", str(exc).splitlines()[0], json.loads(json.dumps(rec, default=str)), i
+                    "schema", first_line(exc), json.loads(json.dumps(rec, default=str)), i
                 )
             )
     try:

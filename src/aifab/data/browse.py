@@ -11,7 +11,7 @@ import pyarrow as pa
 from sqlalchemy import select
 
 from aifab.core.db import session_scope
-from aifab.core.errors import InvalidInputError, NotFoundError
+from aifab.core.errors import InvalidInputError, NotFoundError, first_line
 from aifab.data import lake
 from aifab.data.catalog import VersionInfo, ensure_profile, resolve, resolve_in
 from aifab.data.refs import parse_ref
@@ -61,8 +61,7 @@ def query(sql: str, limit: int | None = None) -> pa.Table:
             rel = rel.limit(limit)
         return rel.to_arrow_table()
     except duckdb.Error as exc:
-        first = str(exc).strip().splitlines()[0]
-        raise InvalidInputError(f"SQL error: {first}") from None
+        raise InvalidInputError(f"SQL error: {first_line(exc)}") from None
 
 
 def diff(a: str, b: str) -> dict[str, Any]:

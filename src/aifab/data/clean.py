@@ -23,7 +23,7 @@ from aifab.core.errors import InvalidInputError
 from aifab.data import clean_steps as cs
 from aifab.data import lake
 from aifab.data.catalog import CommitResult, VersionInfo, commit_query, resolve
-from aifab.data.lake import sql_ident, sql_string
+from aifab.data.lake import sql_error, sql_ident, sql_string
 from aifab.data.pii import CARD_UDF, register_functions
 from aifab.data.profile import kind_of
 from aifab.data.quarantine import QuarantineItem, quarantine
@@ -56,12 +56,6 @@ class CleanSpec(StrictConfig):
         """The spec in its YAML shape (one key per step), JSON-ready."""
         steps = [{s.op: s.model_dump(mode="json", exclude={"op"})} for s in self.steps]
         return {"steps": steps, "stats": self.stats}
-
-
-def sql_error(where: str, exc: duckdb.Error) -> InvalidInputError:
-    """An :class:`InvalidInputError` carrying the first line of a DuckDB error."""
-    first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-    return InvalidInputError(f"{where}: SQL error: {first}")
 
 
 def describe(con: duckdb.DuckDBPyConnection, sql: str, where: str) -> dict[str, str]:

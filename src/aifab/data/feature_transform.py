@@ -2,14 +2,17 @@
 
 :meth:`FeatureTransform.select_sql` is the one projection that built the committed features
 dataset; :meth:`FeatureTransform.transform_table` runs the same SQL over an Arrow table, so a
-served row gets exactly the features its training twin got.
+served row gets exactly the features its training twin got. Each thread reuses one DuckDB
+connection (with the UDFs registered once), so per-request calls stay cheap and thread-safe.
 """
 
 from __future__ import annotations
 
 import json
+import threading
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from copy import deepcopy
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +20,7 @@ import duckdb
 import pyarrow as pa
 
 from aifab.core.atomic import atomic_write_text
-from aifab.core.errors import InvalidInputError
+from aifab.core.errors import InvalidInputError, first_line
 from aifab.core.ids import digest
 from aifab.data.feature_ops import describe, output_columns, udf_name
 from aifab.data.feature_spec import FeatureSpec, TfIdf
@@ -56,10 +59,20 @@ class FeatureTransform:
     train_rows: int
     output: str | None = None
     _columns: list[tuple[str, str]] = field(init=False, repr=False, compare=False)
+    _local: threading.local = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         cols = output_columns(self.spec, self.params, self.passthrough)
         object.__setattr__(self, "_columns", cols)
+        object.__setattr__(self, "_local", threading.local())
+
+    def __getstate__(self) -> dict[str, Any]:
+        # Connections are per process and thread: a copy or an unpickled one opens its own.
+        return {k: v for k, v in self.__dict__.items() if k != "_local"}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        object.__setattr__(self, "_local", threading.local())
 
     @property
     def digest(self) -> str:
@@ -83,8 +96,7 @@ class FeatureTransform:
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON artifact's content."""
-        d = asdict(self)
-        d.pop("_columns")
+        d = {f.name: deepcopy(getattr(self, f.name)) for f in fields(self) if f.init}
         d["spec"] = self.spec.model_dump(mode="json")
         return {
             "format": FORMAT,
@@ -164,17 +176,23 @@ class FeatureTransform:
 
     def transform_table(self, table: pa.Table) -> pa.Table:
         """Apply the fitted transform to an Arrow table (extra columns are ignored)."""
-        con = duckdb.connect()
+        con = self._connection()
         try:
-            self.register(con)
             con.register(_INPUT, table)
             return con.sql(self.select_sql(_INPUT, table.column_names)).to_arrow_table()
         except duckdb.Error as exc:
-            raise InvalidInputError(
-                f"cannot transform the input: {str(exc).splitlines()[0]}"
-            ) from None
+            raise InvalidInputError(f"cannot transform the input: {first_line(exc)}") from None
         finally:
-            con.close()
+            con.unregister(_INPUT)
+
+    def _connection(self) -> duckdb.DuckDBPyConnection:
+        """The calling thread's connection, with the projection's functions registered once."""
+        con: duckdb.DuckDBPyConnection | None = getattr(self._local, "con", None)
+        if con is None:
+            con = duckdb.connect()
+            self.register(con)
+            self._local.con = con
+        return con
 
     def transform_records(self, records: Sequence[Mapping[str, Any]]) -> pa.Table:
         """Apply the fitted transform to rows given as dicts."""

@@ -167,7 +167,7 @@ def fit_features(
             con=con,
         )
     except duckdb.Error as exc:
-        raise InvalidInputError(f"feature spec: SQL error: {str(exc).splitlines()[0]}") from None
+        raise lake.sql_error("feature spec", exc) from None
     ft = dataclasses.replace(ft, output=result.version.ref)
     path = ft.save(get_workspace().root / _artifact_rel(ft.digest))
     _record(ft, _artifact_rel(ft.digest))

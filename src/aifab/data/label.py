@@ -156,7 +156,7 @@ def label(
             con=con,
         )
     except duckdb.Error as exc:
-        raise InvalidInputError(f"label spec: SQL error: {str(exc).splitlines()[0]}") from None
+        raise lake.sql_error("label spec", exc) from None
 
 
 def _count_matches(con: duckdb.DuckDBPyConnection, v: VersionInfo, key: str | None) -> int:

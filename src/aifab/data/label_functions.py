@@ -13,7 +13,7 @@ import duckdb
 from pydantic import Field, model_validator
 
 from aifab.core.config import StrictConfig
-from aifab.core.errors import InvalidInputError
+from aifab.core.errors import InvalidInputError, first_line
 from aifab.data import lake
 
 LABEL_COLUMNS = ("label", "label_confidence", "label_source")
@@ -114,8 +114,7 @@ def check_functions(
             if fn.regex is not None:  # RE2 compiles constant patterns only when it meets a row
                 con.execute("SELECT regexp_matches('', ?)", [fn.regex.pattern]).fetchall()
         except duckdb.Error as exc:
-            first = str(exc).splitlines()[0]
-            raise InvalidInputError(f"label spec: {where}: {first}") from None
+            raise InvalidInputError(f"label spec: {where}: {first_line(exc)}") from None
 
 
 def fires_sql(spec: LabelSpec) -> list[str]:

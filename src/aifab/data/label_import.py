@@ -13,7 +13,7 @@ from pathlib import Path
 
 import duckdb
 
-from aifab.core.errors import InvalidInputError
+from aifab.core.errors import InvalidInputError, first_line
 from aifab.data import lake
 from aifab.data.catalog import CommitResult, VersionInfo, commit_query, resolve
 from aifab.data.label_functions import LABEL_COLUMNS
@@ -73,7 +73,7 @@ def _load_file(con: duckdb.DuckDBPyConnection, path: Path, key: str, label_colum
     """Materialize the file as ``(line, k, lab, rec)`` after checking its columns."""
     if not path.is_file():
         raise InvalidInputError(f"{path}: file not found")
-    reader, first_line = _reader(path)
+    reader, first_row_line = _reader(path)
     try:
         cols = [r[0] for r in con.execute(f"DESCRIBE SELECT * FROM {reader}").fetchall()]
         for field, col in (("key", key), ("label_column", label_column)):
@@ -84,13 +84,13 @@ def _load_file(con: duckdb.DuckDBPyConnection, path: Path, key: str, label_colum
                 )
         con.execute(
             f"CREATE TEMP TABLE {_FILE} AS SELECT "
-            f"row_number() OVER () - 1 + {first_line} AS line, "
+            f"row_number() OVER () - 1 + {first_row_line} AS line, "
             f"CAST({lake.sql_ident(key)} AS VARCHAR) AS k, "
             f"nullif(trim(CAST({lake.sql_ident(label_column)} AS VARCHAR)), '') AS lab, "
             f"CAST(to_json(t) AS VARCHAR) AS rec FROM {reader} t"
         )
     except duckdb.Error as exc:
-        raise InvalidInputError(f"{path}: cannot read: {str(exc).splitlines()[0]}") from None
+        raise InvalidInputError(f"{path}: cannot read: {first_line(exc)}") from None
 
 
 def _rejects(con: duckdb.DuckDBPyConnection, v: VersionInfo, key: str) -> list[QuarantineItem]:

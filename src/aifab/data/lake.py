@@ -14,6 +14,7 @@ from pathlib import Path
 
 import duckdb
 
+from aifab.core.errors import InvalidInputError, first_line
 from aifab.core.ids import new_id
 from aifab.core.settings import get_settings
 from aifab.core.workspace import get_workspace
@@ -44,6 +45,11 @@ def connect(sandboxed: bool = False) -> duckdb.DuckDBPyConnection:
         con.execute(f"SET allowed_directories = [{dirs}]")
         con.execute("SET enable_external_access = false")
     return con
+
+
+def sql_error(where: str, exc: duckdb.Error) -> InvalidInputError:
+    """An :class:`InvalidInputError` carrying the first line of a DuckDB error."""
+    return InvalidInputError(f"{where}: SQL error: {first_line(exc)}")
 
 
 def sql_string(value: str) -> str:

@@ -153,4 +153,4 @@ def split(
             con=con,
         )
     except duckdb.Error as exc:
-        raise InvalidInputError(f"split spec: SQL error: {str(exc).splitlines()[0]}") from None
+        raise lake.sql_error("split spec", exc) from None

@@ -18,7 +18,7 @@ from aifab.core.config import as_config
 from aifab.core.errors import InvalidInputError
 from aifab.data import lake
 from aifab.data.catalog import VersionInfo, commit_query, resolve
-from aifab.data.clean import check_columns, describe, fetch, sql_error
+from aifab.data.clean import check_columns, describe, fetch
 from aifab.data.clean_steps import RN
 from aifab.data.expectations import (
     ExpectationSuite,
@@ -28,7 +28,7 @@ from aifab.data.expectations import (
     Sql,
     columns_of,
 )
-from aifab.data.lake import sql_ident, sql_string
+from aifab.data.lake import sql_error, sql_ident, sql_string
 from aifab.data.quarantine import QuarantineItem, quarantine
 
 __all__ = ["ExpectationSuite", "RuleResult", "ValidationReport", "validate"]

@@ -12,7 +12,7 @@ from aifab.core import get_engine, init_workspace, session_scope
 from aifab.core.atomic import atomic_path, atomic_write_text
 from aifab.core.config import StrictConfig, as_config, load_config
 from aifab.core.db import SCHEMA_REVISION, VERSION_TABLE, Base
-from aifab.core.errors import InvalidInputError, NotFoundError
+from aifab.core.errors import InvalidInputError, NotFoundError, first_line
 from aifab.core.migrate import head_revision
 from aifab.core.registry import Registry
 
@@ -79,6 +79,13 @@ def test_config_errors_name_the_key(tmp_path: Path) -> None:
     assert as_config(_Cfg, {"size": 2}, "inline").size == 2
     with pytest.raises(InvalidInputError, match="missing.yaml: file not found"):
         load_config(_Cfg, tmp_path / "missing.yaml")
+
+
+def test_first_line_of_long_or_empty_errors() -> None:
+    assert first_line(ValueError("\n  Binder Error: no column x\nLINE 1: SELECT x\n")) == (
+        "Binder Error: no column x"
+    )
+    assert first_line(RuntimeError()) == "RuntimeError"
 
 
 def test_registry_resolves_lazily_and_names_unknowns() -> None:

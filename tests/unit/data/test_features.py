@@ -1,6 +1,8 @@
 from __future__ import annotations
 
 import json
+import pickle
+import threading
 from pathlib import Path
 
 import duckdb
@@ -140,6 +142,24 @@ def test_serving_matches_the_committed_features_bit_for_bit() -> None:
     ).to_pylist()[0]
     assert "label" not in one and one["amount_z"] == pytest.approx((2 - 2.5) / np.std([1, 2, 3, 4]))
     assert one["country__unknown"] == 1 and one["country_code"] == 0
+
+
+def test_transform_reuses_one_connection_per_thread() -> None:
+    src = _data()
+    ft = fit_features("ds", SPEC).transform
+    raw = duckdb.sql(f"SELECT * FROM {src.scan_sql()}").to_arrow_table()
+    first = ft.transform_table(raw)
+    con = ft._local.con
+    assert ft.transform_table(raw).to_pylist() == first.to_pylist()
+    assert ft._local.con is con  # UDFs registered once, not per call
+    seen: list = []
+    worker = threading.Thread(target=lambda: seen.append((ft.transform_table(raw), ft._local.con)))
+    worker.start()
+    worker.join()
+    assert seen[0][0].to_pylist() == first.to_pylist() and seen[0][1] is not con
+    copied = pickle.loads(pickle.dumps(ft))
+    assert copied == ft and copied.transform_table(raw).to_pylist() == first.to_pylist()
+    assert copied._local.con is not con
 
 
 def test_artifact_registry_and_loading() -> None:

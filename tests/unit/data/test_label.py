@@ -201,6 +201,10 @@ def test_import_bad_input(tmp_path: Path) -> None:
         import_labels("tickets", f, key="id")
     with pytest.raises(InvalidInputError, match="file not found"):
         import_labels("tickets", tmp_path / "none.csv", key="id")
+    broken = tmp_path / "labels.jsonl"
+    broken.write_text('{"id": 1, "label": "a"}\n{"id": 2, "label": \n')
+    with pytest.raises(InvalidInputError, match=r"labels.jsonl: cannot read: \S"):
+        import_labels("tickets", broken, key="id")
 
 
 @pytest.mark.parametrize(

@@ -15,7 +15,7 @@ from urllib.parse import urljoin
 import duckdb
 import httpx
 
-from aifab.core.errors import InvalidInputError
+from aifab.core.errors import InvalidInputError, first_line
 from aifab.data import lake
 from aifab.data.sources import http
 from aifab.data.sources.options import IngestOptions
@@ -125,8 +125,9 @@ def stage_api(con: duckdb.DuckDBPyConnection, url: str, opts: IngestOptions, des
         try:
             lake.copy_to_parquet(con, f"SELECT * FROM {reader}", dest)
         except duckdb.Error as exc:
-            first = str(exc).strip().splitlines()[0]
-            raise InvalidInputError(f"{url}: cannot tabulate the records: {first}") from None
+            raise InvalidInputError(
+                f"{url}: cannot tabulate the records: {first_line(exc)}"
+            ) from None
     finally:
         scratch.unlink(missing_ok=True)
     return Staged(dest, url, "api", {"pages": n_pages, "records": n_records})

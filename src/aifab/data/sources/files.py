@@ -13,7 +13,7 @@ from pathlib import Path
 
 import duckdb
 
-from aifab.core.errors import InvalidInputError, NotFoundError
+from aifab.core.errors import InvalidInputError, NotFoundError, first_line
 from aifab.data import lake
 from aifab.data.quarantine import QuarantineItem
 from aifab.data.sources.options import FileFormat, IngestOptions
@@ -117,10 +117,6 @@ def _reject_items(con: duckdb.DuckDBPyConnection, path: Path) -> Iterator[Quaran
             )
 
 
-def _first_error_line(exc: duckdb.Error) -> str:
-    return str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-
-
 def stage_file(
     con: duckdb.DuckDBPyConnection,
     path: Path,
@@ -162,7 +158,7 @@ def stage_file(
         else:
             lake.copy_to_parquet(con, sql, dest)
     except duckdb.Error as exc:
-        raise InvalidInputError(f"{path}: cannot read as {fmt}: {_first_error_line(exc)}") from None
+        raise InvalidInputError(f"{path}: cannot read as {fmt}: {first_line(exc)}") from None
     staged = Staged(dest, str(path), "file", {"format": fmt})
     if fmt in ("csv", "tsv"):
         row = con.execute("SELECT count(DISTINCT line) FROM reject_errors").fetchall()[0]
