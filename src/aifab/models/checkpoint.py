@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from aifab.core.atomic import atomic_write_text
 from aifab.core.config import StrictConfig
-from aifab.core.errors import ConflictError, InvalidInputError
+from aifab.core.errors import ConflictError, InvalidInputError, first_line
 from aifab.models.zoo import build_model, model_config, task_of
 
 if TYPE_CHECKING:
@@ -202,7 +202,7 @@ def _load_zoo(path: Path, sidecar: dict[str, Any]) -> nn.Module:
     except SafetensorError as exc:
         raise InvalidInputError(f"{weights}: corrupt weights file ({exc})") from None
     except RuntimeError as exc:
-        first = str(exc).strip().splitlines()[0]
+        first = first_line(exc)
         raise InvalidInputError(f"{weights}: weights do not fit the model: {first}") from None
     return model.eval()
 
@@ -217,7 +217,7 @@ def _load_hf(path: Path) -> nn.Module:
         with quiet_transformers():
             model = AutoModelForCausalLM.from_pretrained(str(path), local_files_only=True)
     except (SafetensorError, OSError, ValueError, RuntimeError, KeyError) as exc:
-        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        first = first_line(exc)
         raise InvalidInputError(f"{path}: cannot load the causal LM: {first}") from None
     module: nn.Module = model.eval()
     return module

@@ -22,7 +22,7 @@ import numpy as np
 import torch
 
 from aifab.core.atomic import atomic_path
-from aifab.core.errors import InvalidInputError
+from aifab.core.errors import InvalidInputError, first_line
 
 ENV_VAR = "AIFAB_CHECKPOINT_DIR"
 FORMAT = "aifab.train_state/1"
@@ -162,7 +162,7 @@ def load_checkpoint(path: Path, *, restore_rng: bool = True) -> dict[str, Any]:
     try:
         state = torch.load(path, map_location="cpu", weights_only=True)
     except (OSError, RuntimeError, EOFError, ValueError, pickle.UnpicklingError) as exc:
-        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        first = first_line(exc)
         raise InvalidInputError(f"{path}: not a readable checkpoint ({first})") from None
     if not isinstance(state, dict) or state.get("format") != FORMAT:
         raise InvalidInputError(f"{path}: not an aifab train state ({FORMAT})")

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from aifab.core.errors import InvalidInputError, NotFoundError
+from aifab.core.errors import InvalidInputError, NotFoundError, first_line
 
 if TYPE_CHECKING:
     import torch
@@ -90,7 +90,7 @@ def _from_hub(repo_id: str, key: str) -> Path:
     try:
         return Path(snapshot_download(repo_id))
     except (LocalEntryNotFoundError, HfHubHTTPError, OSError, ValueError) as exc:
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        first = first_line(exc)
         raise InvalidInputError(
             f"{key}: cannot get {repo_id!r} from the model hub: {first}"
         ) from None

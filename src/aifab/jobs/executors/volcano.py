@@ -33,7 +33,13 @@ from pathlib import Path
 from typing import Any
 
 from aifab.core.config import as_config
-from aifab.core.errors import AifabError, ConflictError, InvalidInputError, NotFoundError
+from aifab.core.errors import (
+    AifabError,
+    ConflictError,
+    InvalidInputError,
+    NotFoundError,
+    first_line,
+)
 from aifab.jobs.executors.base import AttemptStatus, Launch, ReplicaLaunch
 from aifab.jobs.policy import Node
 from aifab.jobs.resources import Resources
@@ -261,7 +267,7 @@ def _api_client(kubeconfig: str | None) -> Any:
 def _api_error(exc: Exception, doing: str) -> Exception:
     """A one-line aifab error for a Kubernetes API failure."""
     status = getattr(exc, "status", None)
-    message = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+    message = first_line(exc)
     body = getattr(exc, "body", None)
     if body:
         with contextlib.suppress(ValueError, AttributeError):

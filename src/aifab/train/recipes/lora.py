@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 from pydantic import Field
 
 from aifab.core.config import StrictConfig, as_config
-from aifab.core.errors import InvalidInputError
+from aifab.core.errors import InvalidInputError, first_line
 from aifab.train.lifecycle import (
     TrainState,
     attach_run,
@@ -233,7 +233,7 @@ def _setup(
     try:
         peft_model = get_peft_model(base, peft_cfg)
     except ValueError as exc:  # e.g. a target module the base does not have
-        raise InvalidInputError(f"lora.target_modules: {str(exc).splitlines()[0]}") from None
+        raise InvalidInputError(f"lora.target_modules: {first_line(exc)}") from None
     model = distributed.wrap_model(peft_model, info, device)  # DDP syncs the adapters only
     trainable = [p for p in model.parameters() if p.requires_grad]
     n_trainable = sum(p.numel() for p in trainable)
