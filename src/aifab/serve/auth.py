@@ -1,4 +1,4 @@
-"""Who is calling, and may they: the ``require(permission)`` FastAPI dependency of every route.
+"""Who is calling, and may they: the ``require(*permissions)`` FastAPI dependency of every route.
 
 It reads the key (``Authorization: Bearer`` or ``X-API-Key``), answers 401 (no, unknown or
 revoked key), 403 (the role lacks the permission) or 429 (over the key's rate or token quota),
@@ -7,14 +7,17 @@ and leaves a :class:`Principal` on ``request.state.principal``. Secrets are neve
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from typing import ParamSpec, TypeVar
 
 from fastapi import Depends, FastAPI, Request
 from fastapi.security import APIKeyHeader, HTTPAuthorizationCredentials, HTTPBearer
 
+from aifab.core.actor import acting_as
 from aifab.serve.errors import ApiError
 from aifab.serve.keys import PERMISSIONS, KeyInfo, authenticate, hash_secret
 from aifab.serve.limits import retry_after
@@ -25,6 +28,8 @@ _ALL_PERMISSIONS = frozenset().union(*PERMISSIONS.values())
 _UNAUTHORIZED = {"WWW-Authenticate": "Bearer"}
 _bearer = HTTPBearer(auto_error=False, description="An aifab API key: `aifab keys create`.")
 _api_key = APIKeyHeader(name="X-API-Key", auto_error=False, description="An aifab API key.")
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
 
 
 @dataclass(frozen=True)
@@ -40,6 +45,15 @@ class Principal:
     def actor(self) -> str:
         """The audit actor of this caller: wrap state changes in ``acting_as(p.actor)``."""
         return f"key:{self.key_id}"
+
+    async def call(self, fn: Callable[_P, _R], *args: _P.args, **kwargs: _P.kwargs) -> _R:
+        """Run the service call ``fn(*args, **kwargs)`` on a worker thread, as this caller."""
+
+        def run() -> _R:
+            with acting_as(self.actor):
+                return fn(*args, **kwargs)
+
+        return await asyncio.to_thread(run)
 
 
 class KeyCache:
@@ -90,7 +104,7 @@ def forget_keys(app: FastAPI) -> None:
     _cache(app).invalidate()
 
 
-def _authorize(request: Request, secret: str | None, permission: str) -> Principal:
+def _authorize(request: Request, secret: str | None, permissions: tuple[str, ...]) -> Principal:
     if not secret:
         raise ApiError(
             401,
@@ -103,10 +117,13 @@ def _authorize(request: Request, secret: str | None, permission: str) -> Princip
         raise ApiError(
             401, "invalid or revoked API key", code="invalid_api_key", headers=_UNAUTHORIZED
         )
-    if permission not in PERMISSIONS.get(key.role, frozenset()):
+    held = PERMISSIONS.get(key.role, frozenset())
+    granted = next((p for p in permissions if p in held), None)
+    if granted is None:
+        wanted = " or ".join(repr(p) for p in permissions)
         raise ApiError(
             403,
-            f"role {key.role!r} of key {key.id} lacks permission {permission!r}",
+            f"role {key.role!r} of key {key.id} lacks permission {wanted}",
             code="permission_denied",
         )
     limiter = getattr(request.app.state, "limiter", None)
@@ -122,7 +139,7 @@ def _authorize(request: Request, secret: str | None, permission: str) -> Princip
             )
     quota = getattr(request.app.state, "quota", None)
     if quota is not None:
-        if permission == "invoke":
+        if granted == "invoke":
             quota.check(key)
         quota.add(key.id, 0, requests=1)
     principal = Principal(key.id, key.name, key.role, key)
@@ -130,20 +147,24 @@ def _authorize(request: Request, secret: str | None, permission: str) -> Princip
     return principal
 
 
-def require(permission: str) -> Callable[..., Awaitable[Principal]]:
-    """A FastAPI dependency admitting keys whose role has ``permission``.
+def require(*permissions: str) -> Callable[..., Awaitable[Principal]]:
+    """A FastAPI dependency admitting keys whose role has any of ``permissions``.
 
-    Use ``Depends(require("invoke"))`` (or in ``dependencies=[...]``). It uses
-    ``request.app.state.limiter`` (:class:`~aifab.serve.limits.RateLimiter`) and
-    ``request.app.state.quota`` (:class:`~aifab.serve.limits.TokenQuota`; checked for
-    ``invoke``) when the app has them, and caches keys on ``app.state.key_cache``.
+    Use ``Depends(require("invoke"))`` (or in ``dependencies=[...]``). The first of
+    ``permissions`` the role has is the one granted. It uses ``request.app.state.limiter``
+    (:class:`~aifab.serve.limits.RateLimiter`) and ``request.app.state.quota``
+    (:class:`~aifab.serve.limits.TokenQuota`; checked when ``invoke`` is granted) when the
+    app has them, and caches keys on ``app.state.key_cache``.
 
     Raises:
-        ValueError: ``permission`` is not one any role has.
+        ValueError: no permission given, or one that no role has.
     """
-    if permission not in _ALL_PERMISSIONS:
-        known = ", ".join(sorted(_ALL_PERMISSIONS))
-        raise ValueError(f"unknown permission {permission!r} (known: {known})")
+    if not permissions:
+        raise ValueError("require() needs at least one permission")
+    for permission in permissions:
+        if permission not in _ALL_PERMISSIONS:
+            known = ", ".join(sorted(_ALL_PERMISSIONS))
+            raise ValueError(f"unknown permission {permission!r} (known: {known})")
 
     async def dependency(
         request: Request,
@@ -151,7 +172,7 @@ def require(permission: str) -> Callable[..., Awaitable[Principal]]:
         api_key: str | None = Depends(_api_key),
     ) -> Principal:
         secret = bearer.credentials if bearer is not None else api_key
-        return _authorize(request, secret, permission)
+        return _authorize(request, secret, permissions)
 
-    dependency.__name__ = f"require_{permission}"
+    dependency.__name__ = "require_" + "_or_".join(permissions)
     return dependency

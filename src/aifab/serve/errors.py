@@ -7,6 +7,7 @@ naming the field; an unexpected failure is a 500 that names no internals.
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -15,11 +16,11 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from aifab.core.errors import AifabError
+from aifab.core.errors import AifabError, InvalidInputError
 
 log = logging.getLogger("aifab.serve")
 
-__all__ = ["ApiError", "error_body", "install_error_handlers"]
+__all__ = ["ApiError", "as_api_error", "error_body", "install_error_handlers"]
 
 _TYPES = {
     400: "invalid_request_error",
@@ -52,6 +53,36 @@ class ApiError(Exception):
         self.param = param
         self.code = code
         self.headers = dict(headers or {})
+
+
+_NAMED_FIELD = re.compile(r"(?:field|column|parameter)\s+'([^']+)'")
+
+
+def _param(message: str) -> str | None:
+    """The field a handler message names: ``field 'age' ...`` or ``age: ...``."""
+    m = _NAMED_FIELD.search(message)
+    if m:
+        return m.group(1)
+    head = message.split(":", 1)[0].strip()
+    return head if head and " " not in head and len(message) > len(head) else None
+
+
+def _status(exc: AifabError) -> int:
+    """An aifab error's HTTP status; every server-side failure is a plain 500."""
+    return exc.http_status if exc.http_status < 500 else 500
+
+
+def as_api_error(exc: ApiError | AifabError) -> ApiError:
+    """``exc`` as the :class:`ApiError` to answer: bad input is a 422 naming its field.
+
+    A server-side failure becomes a 500 whose message names no internals.
+    """
+    if isinstance(exc, ApiError):
+        return exc
+    if isinstance(exc, InvalidInputError):
+        return ApiError(422, exc.message, param=_param(exc.message))
+    status = _status(exc)
+    return ApiError(status, exc.message if status < 500 else "internal error")
 
 
 def error_body(
@@ -89,7 +120,7 @@ async def _api_error(_: Request, exc: Exception) -> JSONResponse:
 
 async def _aifab_error(_: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, AifabError)
-    status = exc.http_status if exc.http_status < 500 else 500
+    status = _status(exc)
     return _response(status, str(exc) if status < 500 else "internal error")
 
 

@@ -17,8 +17,8 @@ from typing import Any
 
 from fastapi import Request
 
-from aifab.core.errors import AifabError, InvalidInputError
-from aifab.serve.errors import ApiError
+from aifab.core.errors import AifabError
+from aifab.serve.errors import ApiError, as_api_error
 
 log = logging.getLogger("aifab.serve")
 
@@ -130,7 +130,7 @@ async def invoke(
     try:
         outputs = await _submit(request, served, target, items)
     except (ApiError, AifabError) as exc:
-        err = _as_api_error(exc)
+        err = as_api_error(exc)
         record(request, name, status=err.status, started=started, model=target.model, route=route)
         raise err from None
     except Exception:
@@ -173,27 +173,6 @@ async def _submit(request: Request, served: Any, target: Any, items: list[Any]) 
     raise ApiError(
         503, f"deployment {served.name!r} is reloading; retry", headers={"Retry-After": "1"}
     )
-
-
-def _as_api_error(exc: Exception) -> ApiError:
-    if isinstance(exc, ApiError):
-        return exc
-    if isinstance(exc, InvalidInputError):
-        return ApiError(422, exc.message, param=_param(exc.message))
-    assert isinstance(exc, AifabError)
-    status = exc.http_status if exc.http_status < 500 else 500
-    return ApiError(status, exc.message if status < 500 else "internal error")
-
-
-def _param(message: str) -> str | None:
-    """The field a handler message names: ``field 'age' ...`` or ``age: ...``."""
-    import re
-
-    m = re.search(r"(?:field|column|parameter)\s+'([^']+)'", message)
-    if m:
-        return m.group(1)
-    head = message.split(":", 1)[0].strip()
-    return head if head and " " not in head and len(message) > len(head) else None
 
 
 def _tokens(outputs: list[Any]) -> tuple[int, int]:

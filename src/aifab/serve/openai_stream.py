@@ -19,8 +19,8 @@ from typing import Any
 from fastapi import Request
 
 from aifab.core.errors import AifabError
-from aifab.serve.errors import ApiError, error_body
-from aifab.serve.invoke import _as_api_error, record
+from aifab.serve.errors import ApiError, as_api_error, error_body
+from aifab.serve.invoke import record
 
 log = logging.getLogger("aifab.serve")
 
@@ -172,7 +172,7 @@ async def sse_events(
         status = 200
     except Exception as exc:  # noqa: BLE001 - the stream has started: report it in-band
         if isinstance(exc, ApiError | AifabError):
-            err = _as_api_error(exc)
+            err = as_api_error(exc)
         else:
             log.exception("deployment %s (%s) failed while streaming", deployment, target.model)
             err = ApiError(500, f"model {target.model} failed on this request")

@@ -1,4 +1,4 @@
-"""``require(permission)`` on a tiny app: 401, 403, 429 (rate and quota), no key in logs."""
+"""``require(*permissions)`` on a tiny app: 401, 403, 429 (rate and quota), no key in logs."""
 
 from __future__ import annotations
 
@@ -48,6 +48,14 @@ def app(clock: Clock) -> Iterator[FastAPI]:
 
     @app.get("/keys", dependencies=[Depends(require("keys"))])
     def keys() -> dict[str, bool]:
+        return {"ok": True}
+
+    @app.get("/either")
+    def either(p: Principal = Depends(require("read", "invoke"))) -> dict[str, str]:
+        return {"role": p.role}
+
+    @app.get("/manage", dependencies=[Depends(require("keys", "deploy"))])
+    def manage() -> dict[str, bool]:
         return {"ok": True}
 
     yield app
@@ -171,6 +179,33 @@ def test_keys_never_appear_in_logs(client: TestClient, caplog: pytest.LogCapture
     assert "aifab-not-a-real-key" not in caplog.text
 
 
+def test_any_of_permissions_admits_each_and_names_all_when_denied(client: TestClient) -> None:
+    for role in ("admin", "developer", "viewer", "client"):
+        _, secret = create_key(role, rate=None)
+        r = client.get("/either", headers=_bearer(secret))
+        assert r.status_code == 200 and r.json() == {"role": role}
+    _, secret = create_key("developer", rate=None)
+    assert client.get("/manage", headers=_bearer(secret)).status_code == 200
+    _, secret = create_key("viewer", rate=None)
+    r = client.get("/manage", headers=_bearer(secret))
+    assert r.status_code == 403
+    assert "lacks permission 'keys' or 'deploy'" in r.json()["error"]["message"]
+
+
+def test_any_of_checks_the_quota_only_when_invoke_is_what_grants(client: TestClient) -> None:
+    """The first permission the role has is granted; the token quota guards ``invoke``."""
+    _, caller = create_key("client", rate=None, token_quota=10)
+    _, reader = create_key("developer", rate=None, token_quota=10)
+    for secret in (caller, reader):
+        assert client.post("/invoke", headers=_bearer(secret)).status_code == 200  # uses 10
+    assert client.get("/either", headers=_bearer(caller)).status_code == 429  # via invoke
+    assert client.get("/either", headers=_bearer(reader)).status_code == 200  # via read
+
+
 def test_unknown_permission_is_a_programming_error() -> None:
     with pytest.raises(ValueError, match="unknown permission 'fly'"):
         require("fly")
+    with pytest.raises(ValueError, match="unknown permission 'fly'"):
+        require("read", "fly")
+    with pytest.raises(ValueError, match="at least one permission"):
+        require()

@@ -15,12 +15,11 @@ from typing import Any
 
 from fastapi import APIRouter, Depends, Request
 from fastapi.responses import JSONResponse, StreamingResponse
-from fastapi.security import APIKeyHeader, HTTPAuthorizationCredentials, HTTPBearer
 
 from aifab.core.errors import InvalidInputError
 from aifab.serve.auth import Principal, require
-from aifab.serve.errors import ApiError
-from aifab.serve.invoke import _as_api_error, invoke, key_id, record
+from aifab.serve.errors import ApiError, as_api_error
+from aifab.serve.invoke import invoke, key_id, record
 from aifab.serve.openai_models import ChatCompletionRequest, CompletionRequest, EmbeddingRequest
 from aifab.serve.openai_stream import Completion, sse_events
 
@@ -35,21 +34,10 @@ _ERRORS: dict[int | str, dict[str, Any]] = {
     429: {"description": "Rate limit or token quota; see Retry-After."},
     503: {"description": "The deployment is not loaded (yet)."},
 }
-_read, _invoke = require("read"), require("invoke")
-
-
-async def _invoke_or_read(
-    request: Request,
-    bearer: HTTPAuthorizationCredentials | None = Depends(HTTPBearer(auto_error=False)),
-    api_key: str | None = Depends(APIKeyHeader(name="X-API-Key", auto_error=False)),
-) -> Principal:
-    """Listing models is for callers of models (clients) and readers (viewers) alike."""
-    try:
-        return await _read(request, bearer, api_key)
-    except ApiError as exc:
-        if exc.status != 403:
-            raise
-    return await _invoke(request, bearer, api_key)
+_invoke = require("invoke")
+#: Listing models is for callers of models (clients) and readers (viewers) alike; ``read``
+#: first, so only a key that merely invokes has its token quota checked (as when invoking).
+_invoke_or_read = require("read", "invoke")
 
 
 def _model_object(name: str, created: float) -> dict[str, Any]:
@@ -148,7 +136,7 @@ def _generation(
     try:
         return handler.request(prompt, params)
     except InvalidInputError as exc:
-        raise _as_api_error(exc) from None
+        raise as_api_error(exc) from None
 
 
 async def _prepared(
@@ -187,7 +175,7 @@ async def chat_completions(
         try:
             prompt = handler.chat_prompt([m.as_template_message() for m in body.messages])
         except InvalidInputError as exc:
-            raise _as_api_error(exc) from None
+            raise as_api_error(exc) from None
         return [_generation(handler, prompt, body, "messages")]
 
     served, target, items = await _prepared(request, body, started, build)
@@ -280,7 +268,7 @@ async def embeddings(
         try:
             texts = handler.decode(body.input)
         except InvalidInputError as exc:
-            raise _as_api_error(exc) from None
+            raise as_api_error(exc) from None
     except ApiError as exc:
         record(request, served.name, status=exc.status, started=started, model=target.model)
         raise

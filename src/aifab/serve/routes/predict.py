@@ -15,8 +15,8 @@ from fastapi.responses import JSONResponse, Response
 
 from aifab.core.errors import InvalidInputError
 from aifab.serve.auth import Principal, require
-from aifab.serve.errors import ApiError
-from aifab.serve.invoke import _as_api_error, invoke, record
+from aifab.serve.errors import ApiError, as_api_error
+from aifab.serve.invoke import invoke, record
 
 router = APIRouter(tags=["predict"])
 
@@ -94,7 +94,7 @@ async def predict(
         try:
             items = target.handler.decode(payload)
         except InvalidInputError as exc:
-            raise _as_api_error(exc) from None
+            raise as_api_error(exc) from None
         except (TypeError, ValueError, KeyError, AttributeError) as exc:
             # A shape the handler did not foresee is still the caller's input, not our fault.
             raise ApiError(422, f"body: cannot decode the input ({exc})", param="body") from None
