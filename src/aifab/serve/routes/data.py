@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-import asyncio
 from typing import Any
 
 from fastapi import APIRouter, Depends
 from pydantic import BaseModel, ConfigDict, Field
 
-from aifab.core.actor import acting_as
 from aifab.serve.auth import Principal, require
 
 router = APIRouter(tags=["data"])
@@ -32,8 +30,4 @@ async def append_records(
     """Append records: counts of accepted/quarantined/pending rows and any sealed version."""
     from aifab.data.append import append_records as append
 
-    def run() -> dict[str, Any]:
-        with acting_as(f"key:{principal.key_id}"):
-            return append(name, body.records, flush=body.flush).to_dict()
-
-    return await asyncio.to_thread(run)
+    return await principal.call(lambda: append(name, body.records, flush=body.flush).to_dict())

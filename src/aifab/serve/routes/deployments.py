@@ -14,7 +14,6 @@ from fastapi import APIRouter, Depends, Request
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field
 
-from aifab.core.actor import acting_as
 from aifab.inference import deployments as svc
 from aifab.serve.auth import Principal, require
 
@@ -64,11 +63,7 @@ class DeploymentUpdate(BaseModel):
 async def _call(
     request: Request, principal: Principal, fn: Callable[..., Any], *args: Any, **kwargs: Any
 ) -> Any:
-    def run() -> Any:
-        with acting_as(f"key:{principal.key_id}"):
-            return fn(*args, **kwargs)
-
-    result = await asyncio.to_thread(run)
+    result = await principal.call(fn, *args, **kwargs)
     request.app.state.manager.poke()
     return result
 

@@ -8,7 +8,6 @@ from typing import Any
 from fastapi import APIRouter, Depends, Request
 from pydantic import BaseModel, ConfigDict, Field
 
-from aifab.core.actor import acting_as
 from aifab.serve import keys as svc
 from aifab.serve.auth import Principal, forget_keys, require
 
@@ -39,14 +38,9 @@ async def create_key(
     body: KeyCreate, principal: Principal = Depends(require("keys"))
 ) -> dict[str, Any]:
     """Create a key; ``key`` in the answer is the secret, shown this once."""
-
-    def run() -> tuple[dict[str, Any], str]:
-        with acting_as(f"key:{principal.key_id}"):
-            return svc.create_key(
-                body.role, name=body.name, rate=body.rate, token_quota=body.token_quota
-            )
-
-    record, secret = await asyncio.to_thread(run)
+    record, secret = await principal.call(
+        svc.create_key, body.role, name=body.name, rate=body.rate, token_quota=body.token_quota
+    )
     return {**record, "key": secret}
 
 
@@ -55,11 +49,6 @@ async def revoke_key(
     key_id: str, request: Request, principal: Principal = Depends(require("keys"))
 ) -> dict[str, Any]:
     """Revoke a key (takes effect within a second on this server)."""
-
-    def run() -> dict[str, Any]:
-        with acting_as(f"key:{principal.key_id}"):
-            return svc.revoke_key(key_id)
-
-    revoked = await asyncio.to_thread(run)
+    revoked = await principal.call(svc.revoke_key, key_id)
     forget_keys(request.app)  # this server stops accepting it at once
     return revoked
