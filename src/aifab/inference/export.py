@@ -19,6 +19,7 @@ from typing import Any
 
 import numpy as np
 
+from aifab.core.atomic import atomic_write_text
 from aifab.core.errors import ConflictError, InvalidInputError, NotFoundError
 from aifab.core.workspace import get_workspace
 from aifab.inference.evaluation import test_split
@@ -305,9 +306,7 @@ def _compare(
 
 
 def _write_report(path: Path, report: Mapping[str, Any]) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(json.dumps(report, indent=2, sort_keys=True) + "\n", encoding="utf-8")
-    os.replace(tmp, path)
+    atomic_write_text(path, json.dumps(report, indent=2, sort_keys=True) + "\n")
 
 
 def _publish(staging: Path, target: Path) -> None:

@@ -35,9 +35,19 @@ def _json_field(value: Any) -> dict[str, Any] | None:
     """A JSON-safe dict for the ``input``/``output`` columns (big values become a size note)."""
     if value is None:
         return None
-    text = json.dumps(value if isinstance(value, dict) else {"value": value}, default=str)
+    field = value if isinstance(value, dict) else {"value": value}
+    coerced = False
+
+    def as_str(obj: Any) -> str:
+        nonlocal coerced
+        coerced = True
+        return str(obj)
+
+    text = json.dumps(field, default=as_str)
     if len(text) > MAX_FIELD_BYTES:
         return {"truncated": True, "bytes": len(text)}
+    if not coerced:  # plain JSON already: the column serializes it as this text
+        return field
     loaded: dict[str, Any] = json.loads(text)
     return loaded
 
