@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import base64
 import json
-import socket
-import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -20,7 +18,6 @@ import numpy as np
 import openai
 import pytest
 import schemathesis
-import uvicorn
 from hypothesis import HealthCheck, settings
 
 from aifab.inference.deployments import create_deployment
@@ -44,12 +41,6 @@ def workspace(module_workspace: Path) -> Path:
     return module_workspace
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def _wait_for(check: Callable[[], Any], timeout: float, what: str) -> Any:
     deadline = time.monotonic() + timeout
     while True:
@@ -65,7 +56,7 @@ def _wait_for(check: Callable[[], Any], timeout: float, what: str) -> Any:
 
 
 @pytest.fixture(scope="module")
-def env(tiny_lm: dict[str, Any]) -> Iterator[dict[str, Any]]:
+def env(tiny_lm: dict[str, Any], live_server: Callable[..., Any]) -> Iterator[dict[str, Any]]:
     create_deployment("tiny-lm@1", name="tiny", max_batch_size=4, max_wait_ms=5)
     create_deployment("builtin:all-minilm-l6-v2", name="minilm")
     create_deployment("tiny-lm@1", name="tiny-small", options={"max_tokens_limit": 8})
@@ -77,20 +68,11 @@ def env(tiny_lm: dict[str, Any]) -> Iterator[dict[str, Any]]:
             ("tight", "client", 5),
         ]
     }
-    port = _free_port()
-    app = create_app(reconcile_interval_s=0.2)
-    server = uvicorn.Server(
-        uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", log_config=None)
-    )
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    url = f"http://127.0.0.1:{port}"
-    _wait_for(lambda: httpx.get(f"{url}/readyz", timeout=5).status_code == 200, 180, "/readyz")
+    server = live_server(reconcile_interval_s=0.2)
     try:
-        yield {"url": url, "keys": secrets}
+        yield {"url": server.url, "keys": secrets}
     finally:
-        server.should_exit = True
-        thread.join(timeout=60)
+        server.stop()
 
 
 @pytest.fixture(scope="module")

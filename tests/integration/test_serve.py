@@ -10,7 +10,6 @@ import shutil
 import socket
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -19,11 +18,9 @@ from typing import Any
 import httpx
 import numpy as np
 import pytest
-import uvicorn
 from prometheus_client.parser import text_string_to_metric_families
 
 from aifab.inference.deployments import create_deployment, list_deployments
-from aifab.serve.app import create_app
 from aifab.serve.keys import create_key
 
 pytestmark = pytest.mark.integration
@@ -51,35 +48,6 @@ def wait_for(check: Callable[[], Any], timeout: float = 60.0, what: str = "condi
         time.sleep(0.05)
 
 
-class LiveServer:
-    """A real uvicorn server running create_app() on a background thread."""
-
-    def __init__(self, **app_kwargs: Any) -> None:
-        self.app = create_app(**app_kwargs)
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        # log_config=None: uvicorn leaves logging alone, so its records reach the root logger
-        # (where the key-leak test captures them).
-        config = uvicorn.Config(
-            self.app, host="127.0.0.1", port=self.port, log_level="warning", log_config=None
-        )
-        self.server = uvicorn.Server(config)
-        self.thread = threading.Thread(target=self.server.run, daemon=True)
-        self.thread.start()
-        wait_for(self._healthy, 60, "/healthz")
-        wait_for(lambda: httpx.get(f"{self.url}/readyz").status_code == 200, 120, "/readyz")
-
-    def _healthy(self) -> bool:
-        try:
-            return httpx.get(f"{self.url}/healthz", timeout=2).status_code == 200
-        except httpx.TransportError:
-            return False
-
-    def stop(self) -> None:
-        self.server.should_exit = True
-        self.thread.join(timeout=60)
-
-
 class Capture(logging.Handler):
     def __init__(self) -> None:
         super().__init__(logging.DEBUG)
@@ -100,7 +68,9 @@ def _corrupt_copy(src: Path, dst: Path) -> Path:
 
 
 @pytest.fixture(scope="module")
-def env(churn_model: dict[str, Any], module_workspace: Path) -> Iterator[dict[str, Any]]:
+def env(
+    churn_model: dict[str, Any], module_workspace: Path, live_server: Callable[..., Any]
+) -> Iterator[dict[str, Any]]:
     from aifab.track.registry import download_model, register_model, set_alias
 
     v2 = register_model(churn_model["run_id"], "model", "churn")  # same weights, a new version
@@ -130,7 +100,7 @@ def env(churn_model: dict[str, Any], module_workspace: Path) -> Iterator[dict[st
     root.addHandler(capture)
     level = root.level
     root.setLevel(logging.INFO)
-    server = LiveServer(reconcile_interval_s=0.2)
+    server = live_server(reconcile_interval_s=0.2)
     try:
         yield {
             "server": server,
@@ -553,8 +523,10 @@ def test_key_and_deployment_routes(env: dict[str, Any]) -> None:
     )
 
 
-def test_restart_brings_deployments_back(env: dict[str, Any]) -> None:
-    second = LiveServer(reconcile_interval_s=0.5)
+def test_restart_brings_deployments_back(
+    env: dict[str, Any], live_server: Callable[..., Any]
+) -> None:
+    second = live_server(reconcile_interval_s=0.5)
     try:
         one = {"records": _raw_rows(_handler())[0][:1]}
         r = httpx.post(f"{second.url}/v1/predict/churn", json=one, headers=auth(env))

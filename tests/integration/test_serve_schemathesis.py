@@ -2,17 +2,13 @@
 
 from __future__ import annotations
 
-import socket
-import threading
-import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 import schemathesis
-import uvicorn
 from hypothesis import HealthCheck, settings
 
 from aifab.serve.app import create_app
@@ -29,37 +25,20 @@ def workspace(module_workspace: Path) -> Path:
 
 
 @pytest.fixture(scope="module")
-def live(churn_model: dict[str, Any], module_workspace: Path) -> Iterator[dict[str, Any]]:
+def live(
+    churn_model: dict[str, Any], module_workspace: Path, live_server: Callable[..., Any]
+) -> Iterator[dict[str, Any]]:
     from aifab.inference.deployments import create_deployment, list_deployments
     from aifab.serve.keys import create_key
 
     if "churn" not in {d["name"] for d in list_deployments()}:  # the quickstart deploys it
         create_deployment("churn@champion", name="churn")
     _, secret = create_key("admin", name="fuzzer", rate=None)
-    app = create_app(reconcile_interval_s=0.5)
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    server = uvicorn.Server(
-        uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", log_config=None)
-    )
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 120
-    while True:
-        try:
-            if httpx.get(f"{url}/readyz", timeout=2).status_code == 200:
-                break
-        except httpx.TransportError:
-            pass
-        assert time.monotonic() < deadline, "server did not become ready"
-        time.sleep(0.1)
+    server = live_server(reconcile_interval_s=0.5)
     try:
-        yield {"url": url, "headers": {"Authorization": f"Bearer {secret}"}}
+        yield {"url": server.url, "headers": {"Authorization": f"Bearer {secret}"}}
     finally:
-        server.should_exit = True
-        thread.join(timeout=60)
+        server.stop()
 
 
 @schema.parametrize()
