@@ -32,7 +32,6 @@ from aifab.models.inputs import Standardizer, numeric_matrix, tokenize
 __all__ = ["Encoder", "build_encoder"]
 
 Records = Sequence[Mapping[str, Any]]
-_INPUT = "__aifab_serve_input"
 
 
 class Encoder(Protocol):
@@ -90,7 +89,7 @@ def _number_or_list(value: Any) -> Any:
 
 
 class TransformEncoder:
-    """The saved feature transform: the training projection SQL, on a per-thread connection."""
+    """The saved feature transform: the training projection SQL (``FeatureTransform``)."""
 
     def __init__(self, ft: Any, features: list[str], label: str, split: str | None) -> None:
         from aifab.data.feature_spec import Log1p
@@ -100,8 +99,6 @@ class TransformEncoder:
         types = {c["name"]: c["type"] for c in ft.input_schema}
         self.columns = [column_for_type(n, t, nullable=True) for n, t in types.items() if n in used]
         self.optional = [c for c in ft.passthrough if c not in (label, split) and c not in used]
-        self._sql = ft.select_sql(_INPUT, [c.name for c in self.columns])
-        self._local = threading.local()
         fatal = self._null_fatal()
         log1p = {f.column for f in ft.spec.features if isinstance(f, Log1p)}
         self.columns = [
@@ -136,23 +133,9 @@ class TransformEncoder:
         }
 
     def _transform(self, table: pa.Table) -> pa.Table:
-        import duckdb
-
-        con = getattr(self._local, "con", None)
-        if con is None:
-            con = duckdb.connect()
-            con.execute("SET threads=1")  # row-wise work on small batches: no thread fan-out
-            self.ft.register(con)
-            self._local.con = con
-        try:
-            con.register(_INPUT, table)
-            return con.sql(self._sql).to_arrow_table()
-        except duckdb.Error as exc:
-            raise InvalidInputError(
-                f"cannot transform the input: {str(exc).splitlines()[0]}"
-            ) from None
-        finally:
-            con.unregister(_INPUT)
+        # The transform's own per-thread connection: the training SQL and UDFs, set up once.
+        out: pa.Table = self.ft.transform_table(table)
+        return out
 
     def __call__(self, records: Records) -> dict[str, np.ndarray]:
         """``x``: the transform's features through ``numeric_matrix``, as in training."""
