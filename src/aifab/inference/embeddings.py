@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from aifab.core.errors import InvalidInputError
+from aifab.core.errors import InvalidInputError, first_line
 
 __all__ = ["MAX_INPUTS", "EmbeddingHandler"]
 
@@ -55,7 +55,7 @@ class EmbeddingHandler:
                 model: Any = SentenceTransformer(str(path), device="cpu", local_files_only=True)
         # Damaged files surface as many library-specific types (SafetensorError, ...).
         except Exception as exc:
-            first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+            first = first_line(exc)
             raise InvalidInputError(f"{path}: cannot load the embedding model: {first}") from None
         # sentence-transformers 6 renamed the method; older releases only have the long name.
         get_dim = getattr(model, "get_embedding_dimension", None)

@@ -7,7 +7,7 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-from aifab.core.errors import InvalidInputError
+from aifab.core.errors import InvalidInputError, first_line
 from aifab.inference.generation import (
     GenerationChunk,
     GenerationParams,
@@ -79,7 +79,7 @@ class LMHandler:
             tokenizer = AutoTokenizer.from_pretrained(str(path), local_files_only=True)
         # Damaged files surface as many library-specific types (SafetensorError, ...).
         except Exception as exc:
-            first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+            first = first_line(exc)
             raise InvalidInputError(f"{path}: cannot load the tokenizer: {first}") from None
         config = model.config
         max_context = getattr(config, "max_position_embeddings", None) or getattr(

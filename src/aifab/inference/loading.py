@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from aifab.core.errors import InvalidInputError
+from aifab.core.errors import InvalidInputError, first_line
 from aifab.inference.handler import HANDLERS, Handler
 
 __all__ = ["BUILTINS", "LoadedModel", "load_served_model", "model_sidecar", "resolve_source"]
@@ -172,6 +172,6 @@ def load_served_model(
         raise InvalidInputError(f"model {ref}: {exc.message}") from None
     except (OSError, ValueError, RuntimeError, KeyError) as exc:
         # Library errors on bad files (torch, safetensors, transformers, onnxruntime).
-        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        first = first_line(exc)
         raise InvalidInputError(f"model {ref}: cannot load from {model_dir}: {first}") from None
     return LoadedModel(ref=ref, handler=handler, sidecar=sidecar, model_dir=model_dir)

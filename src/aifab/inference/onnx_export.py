@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from aifab.core.errors import InvalidInputError
+from aifab.core.errors import InvalidInputError, first_line
 
 if TYPE_CHECKING:
     import torch
@@ -142,7 +142,7 @@ def to_onnx(module: torch.nn.Module, sample: Mapping[str, np.ndarray], path: Pat
                 try:
                     _export_torchscript(wrapped, args, names, tmp)
                 except Exception as exc2:  # noqa: BLE001 - report it as the model's problem
-                    first = (str(exc2).strip().splitlines() or [type(exc2).__name__])[0]
+                    first = first_line(exc2)
                     raise InvalidInputError(f"cannot export the model to ONNX: {first}") from None
         os.replace(tmp, path)
     finally:

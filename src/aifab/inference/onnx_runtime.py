@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from aifab.core.errors import InvalidInputError
+from aifab.core.errors import InvalidInputError, first_line
 
 __all__ = ["OrtModel"]
 
@@ -52,7 +52,7 @@ class OrtModel:
                 str(self.path), opts, providers=["CPUExecutionProvider"]
             )
         except Exception as exc:  # noqa: BLE001 - ORT raises its own untyped errors for bad files
-            first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+            first = first_line(exc)
             raise InvalidInputError(f"{self.path}: cannot load the ONNX model: {first}") from None
         self.inputs = {i.name: _DTYPES.get(i.type, np.float32) for i in self.session.get_inputs()}
         outputs = [o.name for o in self.session.get_outputs()]
