@@ -27,8 +27,10 @@ def connect(sandboxed: bool = False) -> duckdb.DuckDBPyConnection:
     """An in-memory DuckDB connection with the workspace's memory cap and spill directory.
 
     Args:
-        sandboxed: for connections that run user SQL (filters, rules, ``aifab data query``):
-            files outside the lake and the scratch directory cannot be read or written.
+        sandboxed: for connections that run user SQL (filters, rules, labeling functions,
+            ``aifab data query``): files outside the lake and the scratch directory cannot be
+            read or written, no extension is installed or loaded, and settings are locked.
+            Statements are checked by :mod:`aifab.data.sandbox` before they run.
     """
     settings = get_settings()
     ws = get_workspace(settings)
@@ -44,6 +46,10 @@ def connect(sandboxed: bool = False) -> duckdb.DuckDBPyConnection:
         dirs = ", ".join(sql_string(str(p.resolve()) + "/") for p in (ws.lake, ws.tmp))
         con.execute(f"SET allowed_directories = [{dirs}]")
         con.execute("SET enable_external_access = false")
+        con.execute("SET autoinstall_known_extensions = false")
+        con.execute("SET autoload_known_extensions = false")
+        # Nothing the user's SQL runs can widen the sandbox again.
+        con.execute("SET lock_configuration = true")
     return con
 
 

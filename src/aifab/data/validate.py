@@ -30,6 +30,7 @@ from aifab.data.expectations import (
 )
 from aifab.data.lake import sql_error, sql_ident, sql_string
 from aifab.data.quarantine import QuarantineItem, quarantine
+from aifab.data.sandbox import check_expression, check_select
 
 __all__ = ["ExpectationSuite", "RuleResult", "ValidationReport", "validate"]
 
@@ -91,6 +92,8 @@ def _row_rules(
     for i, e in enumerate(suite.expectations, start=1):
         where = f"expectation {i} ({e.op})"
         check_columns(where, types, columns_of(e))
+        if isinstance(e, Sql) and e.where is not None:
+            check_expression(e.where, where)
         if isinstance(e, Regex):
             fetch(con, f"SELECT regexp_full_match('', {sql_string(e.pattern)})", where)
         for rule in e.row_rules(i):
@@ -121,7 +124,8 @@ def _dataset_results(source: VersionInfo, suite: ExpectationSuite) -> list[RuleR
                     )
                 )
             elif isinstance(e, Sql) and e.assert_ is not None:
-                got = fetch(con, e.assert_, f"expectation {i} (sql)")
+                asserted = check_select(e.assert_, f"expectation {i} (sql)")
+                got = fetch(con, asserted, f"expectation {i} (sql)")
                 ok = len(got) == 1 and len(got[0]) == 1 and got[0][0] is True
                 shown = (
                     repr(got[0][0]) if len(got) == 1 and len(got[0]) == 1 else f"{len(got)} rows"
