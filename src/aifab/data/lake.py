@@ -120,11 +120,38 @@ def content_hash(con: duckdb.DuckDBPyConnection, files: Sequence[Path]) -> str:
     return h.hexdigest()
 
 
-def put_object(staged: Path, digest: str) -> str:
-    """Move a staged Parquet file into the lake under its digest; return its key."""
-    key = f"objects/{digest[:2]}/{digest}.parquet"
+def object_key(digest: str) -> str:
+    """The lake key of the object whose rows hash to ``digest``."""
+    return f"objects/{digest[:2]}/{digest}.parquet"
+
+
+def object_problem(con: duckdb.DuckDBPyConnection, key: str) -> str | None:
+    """Why the object ``key`` cannot be trusted (missing, unreadable, corrupt), or None if sound.
+
+    The key names the content hash of the object's rows; it is recomputed from the file.
+    """
+    path = object_path(key)
+    if not path.is_file():
+        return "missing"
+    try:
+        actual = content_hash(con, [path])
+    except duckdb.Error as exc:
+        return f"unreadable: {first_line(exc)}"
+    if actual != Path(key).stem:
+        return f"corrupt: its rows hash to {actual[:12]}, not {Path(key).stem[:12]}"
+    return None
+
+
+def put_object(staged: Path, digest: str, con: duckdb.DuckDBPyConnection | None = None) -> str:
+    """Move a staged Parquet file into the lake under its digest; return its key.
+
+    An object already stored under that digest is reused only after its rows are checked
+    against the digest (with ``con``); a corrupt or unreadable one is replaced by the staged
+    file, whose rows are known to hash to ``digest``.
+    """
+    key = object_key(digest)
     target = object_path(key)
-    if target.exists():
+    if target.exists() and object_problem(con or connect(), key) is None:
         staged.unlink(missing_ok=True)
         return key
     target.parent.mkdir(parents=True, exist_ok=True)
