@@ -26,7 +26,6 @@ from aifab.core.audit_keys import (
     AuditKey,
     anchor_path,
     append_anchor,
-    key_path,
     load_key,
     make_anchor,
     read_anchors,
@@ -37,8 +36,6 @@ from aifab.core.ids import canonical_json, digest
 GENESIS = "0" * 64
 #: Append an anchor whenever the chain length is a multiple of this.
 ANCHOR_EVERY = 100
-
-__all__ = ["anchor_path", "key_path"]
 
 
 class AuditEvent(Base):
@@ -211,9 +208,8 @@ def _check_anchors(
                 f"{len(hashes)} events (events deleted or rewritten)"
             )
     if not found and keyed_events:
-        problems.append(
-            f"no anchor found in {', '.join(p.name for p in paths)} (anchor file removed or emptied)"
-        )
+        names = ", ".join(p.name for p in paths)
+        problems.append(f"no anchor found in {names} (anchor file removed or emptied)")
     newest = max(found, key=lambda a: a["count"]) if found else None
     return (int(newest["unkeyed"]) if newest else None), problems
 

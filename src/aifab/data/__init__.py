@@ -36,7 +36,6 @@ from aifab.data.splits import SplitSpec, split
 from aifab.data.validate import ExpectationSuite, ValidationReport, validate
 from aifab.data.verify import verify_lake
 
-
 __all__ = [
     "CleanSpec",
     "CommitResult",

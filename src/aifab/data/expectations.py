@@ -17,7 +17,6 @@ from aifab.core.config import StrictConfig
 from aifab.data.clean_steps import RN, Scalar, one_key_form, sql_literal
 from aifab.data.lake import sql_ident, sql_string
 
-
 Level = Literal["error", "warn"]
 
 

@@ -30,7 +30,7 @@ def test_head_prints_markup_cells_verbatim(cli) -> None:
 
 def test_query_and_show_print_markup_verbatim(cli) -> None:
     _markup_dataset()
-    r = cli("data", "query", "SELECT \"[red]col[/red]\" AS \"[/i]\" FROM markup")
+    r = cli("data", "query", 'SELECT "[red]col[/red]" AS "[/i]" FROM markup')
     assert r.exit_code == 0, r.stderr
     assert "[/i]" in r.stdout and "[b]bold[/b]" in r.stdout
     r = cli("data", "show", "markup", "--profile")

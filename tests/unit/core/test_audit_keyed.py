@@ -12,8 +12,7 @@ from pathlib import Path
 import pytest
 from sqlalchemy import text
 
-from aifab.core import get_engine, session_scope, verify_audit
-from aifab.core import audit
+from aifab.core import audit, audit_keys, get_engine, session_scope, verify_audit
 from aifab.core.audit import record_event
 from aifab.core.ids import canonical_json
 
@@ -39,9 +38,7 @@ def _unkeyed(prev: str, ts: float, actor: str, action: str, obj: str, pd: str) -
 def _rehash_all() -> None:
     """Recompute every hash and the head after an edit, as a DB writer without the key can."""
     prev = "0" * 64
-    rows = _sql(
-        "SELECT id, ts, actor, action, object, params_digest FROM audit_events ORDER BY id"
-    )
+    rows = _sql("SELECT id, ts, actor, action, object, params_digest FROM audit_events ORDER BY id")
     _sql("UPDATE audit_events SET prev_hash = 'tmp' || id")  # dodge the unique constraint
     for id_, ts, actor, action, obj, pd in rows:
         h = _unkeyed(prev, ts, actor, action, obj, pd)
@@ -105,7 +102,7 @@ def test_forged_or_removed_anchor_file_is_detected() -> None:
 
 def test_key_file_is_owner_only_and_env_key_is_used(monkeypatch: pytest.MonkeyPatch) -> None:
     _events(1)
-    mode = stat.S_IMODE(os.stat(audit.key_path()).st_mode)
+    mode = stat.S_IMODE(os.stat(audit_keys.key_path()).st_mode)
     assert mode == 0o600
     assert verify_audit().ok
     monkeypatch.setenv("AIFAB_AUDIT_KEY", "another secret")
@@ -122,7 +119,11 @@ def test_unkeyed_events_of_an_old_workspace_still_verify() -> None:
         _sql(
             "INSERT INTO audit_events (ts, actor, action, object, params_digest, prev_hash, hash) "
             "VALUES (:ts, 'user:old', 'thing.create', :o, :pd, :p, :h)",
-            ts=ts, o=f"thing:{i}", pd="d" * 64, p=prev, h=h,
+            ts=ts,
+            o=f"thing:{i}",
+            pd="d" * 64,
+            p=prev,
+            h=h,
         )
         prev = h
     _sql("INSERT INTO audit_head (id, count, hash) VALUES (1, 3, :h)", h=prev)

@@ -106,7 +106,9 @@ def test_clean_filter_cannot_inject_or_read_files(tmp_path: Path) -> None:
         with pytest.raises(InvalidInputError, match="one SQL expression"):
             clean("d", {"steps": [{"filter": {"where": where}}]})
     with pytest.raises(InvalidInputError, match="SQL error"):
-        clean("d", {"steps": [{"filter": {"where": "id IN (SELECT 1 FROM read_csv('/etc/passwd'))"}}]})
+        clean(
+            "d", {"steps": [{"filter": {"where": "id IN (SELECT 1 FROM read_csv('/etc/passwd'))"}}]}
+        )
     assert not out.exists()
     assert clean("d", {"steps": [{"filter": {"where": "id > 1"}}]}).version.num_rows == 3
 
@@ -121,6 +123,10 @@ def test_validate_expressions_are_one_select(tmp_path: Path) -> None:
     with pytest.raises(InvalidInputError, match="SQL error"):
         validate(
             "d",
-            {"expectations": [{"sql": {"assert": "SELECT count(*) > 0 FROM read_csv('/etc/passwd')"}}]},
+            {
+                "expectations": [
+                    {"sql": {"assert": "SELECT count(*) > 0 FROM read_csv('/etc/passwd')"}}
+                ]
+            },
         )
     assert not out.exists()

@@ -182,9 +182,7 @@ def test_time_split_never_splits_a_tie() -> None:
         order[next(iter(sides[d]))] for d in days
     )
     counts = v.transform["counts"]
-    assert counts == {
-        s: sum(1 for _, x in rows if x == s) for s in ("train", "valid", "test")
-    }
+    assert counts == {s: sum(1 for _, x in rows if x == s) for s in ("train", "valid", "test")}
 
 
 def test_stratified_split_with_single_row_classes_names_them() -> None:

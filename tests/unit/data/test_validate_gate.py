@@ -80,9 +80,7 @@ def test_warn_level_only_reports(cli, tmp_path: Path) -> None:
         r.severity for r in report.rules
     ) == ["error", "warn", "warn"]
     spec = tmp_path / "s.yaml"
-    spec.write_text(
-        "expectations:\n  - regex: {column: code, pattern: '[A-Z]+', level: warn}\n"
-    )
+    spec.write_text("expectations:\n  - regex: {column: code, pattern: '[A-Z]+', level: warn}\n")
     r = cli("data", "validate", "codes", "-f", spec)
     assert r.exit_code == 0 and "PASSED with warnings" in r.stdout and "warn" in r.stdout
 
