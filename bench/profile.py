@@ -17,6 +17,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import warnings
 from pathlib import Path
 
 
@@ -72,15 +73,21 @@ def _pandas(path: str) -> dict[str, object]:
 CONTENDERS = {"aifab": _aifab, "single_aggregate": _single_aggregate, "pandas": _pandas}
 
 
+def _peak_rss_mb() -> float:
+    """This process's own high-water RSS (``ru_maxrss`` would include the parent's at fork)."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
 def child(name: str, path: str) -> None:
     """Run one contender and print its seconds and peak RSS as JSON."""
-    import resource
-
+    warnings.simplefilter("ignore")  # pandas warns once per column about inf - inf
     start = time.perf_counter()
     out = CONTENDERS[name](path)
     seconds = time.perf_counter() - start
-    rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    print(json.dumps({**out, "seconds": seconds, "peak_rss_mb": rss_mb}))
+    print(json.dumps({**out, "seconds": seconds, "peak_rss_mb": _peak_rss_mb()}))
 
 
 def run(name: str, path: Path, timeout: float) -> dict[str, object]:

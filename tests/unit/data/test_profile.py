@@ -43,6 +43,11 @@ def test_wide_table_profiles_within_a_small_memory_limit() -> None:
         else:
             assert col["kind"] == "string" and len(col["top_values"]) == 10
             assert col["top_values"][0][1] == 40  # 50 values, 2,000 rows
+            exact = con.execute(
+                f"SELECT {name}, count(*) AS n FROM wide GROUP BY ALL ORDER BY n DESC, {name} "
+                "LIMIT 10"
+            ).fetchall()
+            assert col["top_values"] == [[v, n] for v, n in exact]
 
 
 @pytest.mark.parametrize("col_type", ["DOUBLE", "FLOAT"])
