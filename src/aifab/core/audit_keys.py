@@ -22,8 +22,6 @@ from typing import Any
 from aifab.core.ids import canonical_json, new_id
 from aifab.core.settings import get_settings
 
-KEY_ENV = "AIFAB_AUDIT_KEY"
-
 
 @dataclass(frozen=True)
 class AuditKey:
@@ -49,15 +47,15 @@ def _read_key_file(path: Path) -> AuditKey:
 
 
 def load_key(create_with_unkeyed: int | None = None) -> AuditKey | None:
-    """The audit key: ``AIFAB_AUDIT_KEY``, else the key file.
+    """The audit key: ``AIFAB_AUDIT_KEY`` (settings ``audit_key``), else the key file.
 
     Args:
         create_with_unkeyed: when given and no key exists, create the key file (mode 0600)
             recording that many unkeyed events before it; otherwise return None.
     """
-    env = os.environ.get(KEY_ENV)
-    if env:
-        return AuditKey(env.encode("utf-8"))
+    configured = get_settings().audit_key
+    if configured is not None and configured.get_secret_value():
+        return AuditKey(configured.get_secret_value().encode("utf-8"))
     path = key_path()
     if path.exists():
         return _read_key_file(path)

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import duckdb
 
+from aifab.core.audit import audited
 from aifab.core.errors import InvalidInputError, first_line
 from aifab.core.ids import new_id
 from aifab.core.settings import get_settings
@@ -151,11 +152,14 @@ def put_object(staged: Path, digest: str, con: duckdb.DuckDBPyConnection | None 
     """
     key = object_key(digest)
     target = object_path(key)
-    if target.exists() and object_problem(con or connect(), key) is None:
+    problem = object_problem(con or connect(), key) if target.exists() else None
+    if target.exists() and problem is None:
         staged.unlink(missing_ok=True)
         return key
     target.parent.mkdir(parents=True, exist_ok=True)
     with open(staged, "rb") as fh:
         os.fsync(fh.fileno())
     os.replace(staged, target)
+    if problem is not None:
+        audited("lake.object.repair", f"object:{key}", {"problem": problem})
     return key

@@ -6,6 +6,7 @@ import json
 
 import duckdb
 
+from aifab.core import audit_events
 from aifab.data import lake
 from aifab.data.catalog import VersionInfo, commit_query
 
@@ -35,6 +36,8 @@ def test_reusing_a_corrupted_object_repairs_it() -> None:
     w = _commit("b")  # identical content: the lake object is shared
     assert w.objects == v.objects
     assert _ids(w) == list(range(50)) and _ids(v) == list(range(50))
+    repairs = audit_events(action="lake.object.repair")
+    assert [e["object"] for e in repairs] == [f"object:{v.objects[0]}"]
 
 
 def test_recommitting_the_same_content_repairs_the_object() -> None:
