@@ -16,6 +16,7 @@ from pydantic import BeforeValidator, ConfigDict, Field, model_validator
 from aifab.core.config import StrictConfig
 from aifab.data.clean_steps import RN, Scalar, one_key_form, sql_literal
 from aifab.data.lake import sql_ident, sql_string
+from aifab.data.sandbox import check_expression
 
 Level = Literal["error", "warn"]
 
@@ -215,10 +216,11 @@ class Sql(StrictConfig):
         return self
 
     def row_rules(self, index: int) -> list[RowRule]:
-        """The predicate's rule (none for ``assert``); newlines guard against comments."""
+        """The predicate's rule (none for ``assert``), parsed as exactly one SQL expression."""
         if self.where is None:
             return []
-        fails = f"NOT coalesce((\n{self.where}\n), FALSE)"
+        predicate = check_expression(self.where, f"expectation {index} (sql)")
+        fails = f"NOT coalesce({predicate}, FALSE)"
         return [
             RowRule(self.name or f"sql:{index}", "sql", fails, f"does not satisfy {self.where}")
         ]

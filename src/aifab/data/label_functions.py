@@ -95,7 +95,8 @@ def condition_sql(fn: LabelingFunction) -> str:
         flags = "(?i)" if fn.regex.ignore_case else ""
         return f"regexp_matches({col}, {lake.sql_string(flags + fn.regex.pattern)})"
     assert fn.sql is not None
-    return f"CAST((\n{fn.sql}\n) AS BOOLEAN)"
+    # Checked here too, not only in check_functions: no caller can splice in a statement.
+    return f"CAST({check_expression(fn.sql, f'label spec: function {fn.name!r}')} AS BOOLEAN)"
 
 
 def check_functions(
