@@ -1,6 +1,8 @@
-"""``aifab audit``: read and verify the hash-chained audit log."""
+"""``aifab audit``: read, verify and anchor the keyed, hash-chained audit log."""
 
 from __future__ import annotations
+
+from pathlib import Path
 
 import typer
 
@@ -25,15 +27,40 @@ def list_(
 
 
 @app.command("verify")
-def verify(as_json: bool = typer.Option(False, "--json", help=JSON_HELP)) -> None:
-    """Check the hash chain; exit 3 if any event was edited, inserted or deleted."""
+def verify(
+    anchors: Path | None = typer.Option(
+        None, "--anchors", help="Also check against this exported anchor file."
+    ),
+    as_json: bool = typer.Option(False, "--json", help=JSON_HELP),
+) -> None:
+    """Check the keyed hash chain and its anchors; exit 3 if events were edited or deleted."""
     from aifab.core import verify_audit
-    from aifab.core.errors import IntegrityError
+    from aifab.core.errors import IntegrityError, NotFoundError
 
-    report = verify_audit()
+    if anchors is not None and not anchors.is_file():
+        raise NotFoundError(f"anchor file {anchors} not found")
+    report = verify_audit(anchors)
     if as_json:
         emit({"ok": report.ok, "events": report.events, "problems": report.problems}, True)
     if not report.ok:
         raise IntegrityError("audit chain broken: " + "; ".join(report.problems))
     if not as_json:
         emit(f"audit chain intact: {report.events} events", False)
+
+
+@app.command("anchor")
+def anchor(
+    export: Path | None = typer.Option(
+        None, "--export", help="Also append the anchor to this file (keep it off this machine)."
+    ),
+    as_json: bool = typer.Option(False, "--json", help=JSON_HELP),
+) -> None:
+    """Append the chain's head to the anchor file, so deleting events before it is detected."""
+    from aifab.core.audit import write_anchor
+
+    a = write_anchor(export)
+    if as_json:
+        emit(a, True)
+    else:
+        where = f" and {export}" if export else ""
+        emit(f"anchored {a['count']} events at {a['hash'][:16]} in the anchor file{where}", False)

@@ -220,3 +220,31 @@ def append(
             except json.JSONDecodeError as exc:
                 raise InvalidInputError(f"{source}:{i}: invalid JSON: {exc.msg}") from None
     emit(append_records(name, records, flush=flush).to_dict(), as_json)
+
+
+@app.command("verify")
+def verify(
+    name: str | None = typer.Argument(None, help="Dataset to check (default: every dataset)."),
+    as_json: bool = typer.Option(False, "--json", help=JSON_HELP),
+) -> None:
+    """Re-hash the lake objects of every version; exit 3 if any is missing or corrupt."""
+    from aifab.core.errors import IntegrityError
+    from aifab.data import verify_lake
+
+    report = verify_lake(name)
+    if as_json:
+        print_json(report.to_dict())
+    elif report.problems:
+        emit(
+            [{**p.__dict__, "versions": ", ".join(p.versions)} for p in report.problems],
+            False,
+            ["object", "problem", "versions"],
+        )
+    if report.problems:
+        first = report.problems[0]
+        raise IntegrityError(
+            f"{len(report.problems)} of {report.checked} lake objects cannot be trusted "
+            f"(first: {first.object} {first.problem}, used by {', '.join(first.versions)})"
+        )
+    if not as_json:
+        emit(f"lake intact: {report.checked} objects match their content hash", False)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import typer
 
@@ -47,13 +48,31 @@ def clean_command(
     emit(f"{v.ref}: {v.num_rows} rows, {state}; parent {', '.join(v.parents)}", False)
 
 
+def _verdict(report: Any) -> str:
+    """The one line that says whether validation passed and what happened to the rows."""
+    if not report.passed:
+        return f"FAILED: {'; '.join(report.reasons)}; nothing committed"
+    version = report.version.ref if report.version else "none (report only)"
+    state = "PASSED with warnings" if report.warned else "PASSED"
+    return (
+        f"{state}: {report.failed_rows} of {report.rows} rows failed error-level rules "
+        f"({report.failure_share:.1%}, allowed {report.max_failure_share:.1%}), "
+        f"{report.warned_rows} with warnings, {report.quarantined} quarantined; "
+        f"passing rows: {version}"
+    )
+
+
 def validate_command(
     name: str = typer.Argument(..., help="Dataset to check: NAME or NAME@VERSION."),
     file: Path = _SPEC_FILE,
     output: str | None = _OUTPUT,
     as_json: bool = typer.Option(False, "--json", help=JSON_HELP),
 ) -> None:
-    """Check a dataset against the expectations of a YAML file; exit 1 if it fails."""
+    """Check a dataset against the expectations of a YAML file; exit 1 if it fails.
+
+    The run fails when an error-level expectation fails beyond max_failure_share (default 0:
+    any failing row); warn-level expectations only report.
+    """
     from aifab.data.validate import validate
 
     report = validate(name, file, output=output)
@@ -63,21 +82,15 @@ def validate_command(
         rows = [
             {
                 "rule": r.name,
-                "level": r.level,
+                "level": f"{r.level}, {r.severity}",
                 "failed": r.failed,
-                "status": "ok" if r.passed else "FAILED",
+                "status": "ok" if r.passed else ("FAILED" if r.severity == "error" else "warn"),
                 "detail": r.detail,
             }
             for r in report.rules
         ]
         emit(rows, False, ["rule", "level", "failed", "status", "detail"])
-        version = report.version.ref if report.version else "none"
-        emit(
-            f"{'PASSED' if report.passed else 'FAILED'}: {report.failed_rows} of "
-            f"{report.rows} rows failed ({report.failure_share:.1%}), {report.quarantined} "
-            f"quarantined; passing rows: {version}",
-            False,
-        )
+        emit(_verdict(report), False)
     if not report.passed:
         raise typer.Exit(1)
 

@@ -48,17 +48,22 @@ def print_json(data: Any) -> None:
 def print_table(
     rows: Sequence[dict[str, Any]], columns: Sequence[str] | None = None, title: str | None = None
 ) -> None:
-    """Print dict rows as a rich table (columns default to the first row's keys)."""
+    """Print dict rows as a rich table (columns default to the first row's keys).
+
+    Every header, cell and the title is a plain :class:`rich.text.Text`: values come from user
+    data, and as markup a cell such as ``[/i]`` would raise and ``[b]`` would vanish.
+    """
     from rich.console import Console
     from rich.table import Table
+    from rich.text import Text
 
     cols = list(columns or (rows[0].keys() if rows else []))
-    table = Table(title=title, show_lines=False)
+    table = Table(title=Text(title) if title is not None else None, show_lines=False)
     for c in cols:
-        table.add_column(c, overflow="fold")
+        table.add_column(Text(str(c)), overflow="fold")
     for r in rows:
-        table.add_row(*(_cell(r.get(c)) for c in cols))
-    Console().print(table)
+        table.add_row(*(Text(_cell(r.get(c))) for c in cols))
+    Console(emoji=False, markup=False).print(table)
 
 
 def emit(

@@ -5,6 +5,7 @@ No torch, mlflow, ray or fastapi here: everything imports this package.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from aifab.core.actor import acting_as, current_actor
@@ -61,10 +62,14 @@ def init_workspace() -> dict[str, Any]:
     }
 
 
-def verify_audit() -> ChainReport:
-    """Verify the audit hash chain of the configured metadata DB."""
+def verify_audit(anchors: Path | None = None) -> ChainReport:
+    """Verify the audit hash chain of the configured metadata DB.
+
+    Args:
+        anchors: an exported anchor file to check too (see :func:`aifab.core.audit.write_anchor`).
+    """
     with session_scope() as s:
-        return verify_chain(s)
+        return verify_chain(s, anchors)
 
 
 def audit_events(limit: int = 50, action: str | None = None) -> list[dict[str, Any]]:

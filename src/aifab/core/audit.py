@@ -1,26 +1,41 @@
 """The audit primitive: an append-only, hash-chained log of every mutating service call.
 
 Each event stores the previous event's hash; ``prev_hash`` is unique, so two writers racing for
-the same chain position cannot both win (the loser retries). :func:`verify_chain` recomputes the
-chain and a head record, so an edited, inserted or deleted row (the last one included) is found.
+the same chain position cannot both win (the loser retries). Event hashes are HMACs under a key
+kept outside the DB (:mod:`aifab.core.audit_keys`), so a DB writer cannot recompute them after
+an edit; events from before keying keep their unkeyed SHA-256 and must form the chain's prefix.
+Every :data:`ANCHOR_EVERY` events (and on ``aifab audit anchor``) the head is appended to an
+anchor file; :func:`verify_chain` checks links, hashes, the head record and every anchor.
 """
 
 from __future__ import annotations
 
 import hashlib
+import hmac
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
-from sqlalchemy import Float, Integer, String, select
+from sqlalchemy import Float, Integer, String, event, select
 from sqlalchemy import exc as sa_exc
 from sqlalchemy.orm import Mapped, Session, mapped_column
 
 from aifab.core.actor import current_actor
+from aifab.core.audit_keys import (
+    AuditKey,
+    anchor_path,
+    append_anchor,
+    load_key,
+    make_anchor,
+    read_anchors,
+)
 from aifab.core.db import Base, session_scope
 from aifab.core.ids import canonical_json, digest
 
 GENESIS = "0" * 64
+#: Append an anchor whenever the chain length is a multiple of this.
+ANCHOR_EVERY = 100
 
 
 class AuditEvent(Base):
@@ -48,9 +63,52 @@ class AuditHead(Base):
     hash: Mapped[str] = mapped_column(String(64), nullable=False)
 
 
-def _event_hash(prev_hash: str, ts: float, actor: str, action: str, obj: str, pd: str) -> str:
-    payload = canonical_json([prev_hash, repr(ts), actor, action, obj, pd])
-    return hashlib.sha256(payload.encode("utf-8")).hexdigest()
+def _event_hash(
+    key: AuditKey | None, prev_hash: str, ts: float, actor: str, action: str, obj: str, pd: str
+) -> str:
+    """HMAC-SHA256 of the event under ``key``; plain SHA-256 (pre-keying events) without one."""
+    payload = canonical_json([prev_hash, repr(ts), actor, action, obj, pd]).encode("utf-8")
+    if key is None:
+        return hashlib.sha256(payload).hexdigest()
+    return hmac.new(key.secret, payload, hashlib.sha256).hexdigest()
+
+
+def _unkeyed_prefix(session: Session) -> int:
+    """How many events at the start of the chain carry unkeyed hashes (counted once)."""
+    n = 0
+    for ev in session.scalars(select(AuditEvent).order_by(AuditEvent.id)):
+        if ev.hash != _event_hash(
+            None, ev.prev_hash, ev.ts, ev.actor, ev.action, ev.object, ev.params_digest
+        ):
+            break
+        n += 1
+    return n
+
+
+def write_anchor(path: Path | None = None) -> dict[str, Any]:
+    """Append the current head (count, hash) as a MAC'd anchor; also to ``path`` if given.
+
+    Returns:
+        The anchor written (``count``, ``hash``, ``unkeyed``, ``ts``, ``mac``).
+    """
+    with session_scope() as s:
+        head = s.get(AuditHead, 1)
+        count, head_hash = (head.count, head.hash) if head else (0, GENESIS)
+        key = load_key(create_with_unkeyed=count)
+        assert key is not None
+        unkeyed = key.unkeyed
+        if unkeyed is None:  # a configured key: the boundary lives in the anchors
+            anchors, _ = read_anchors(key, anchor_path())
+            unkeyed = anchors[-1]["unkeyed"] if anchors else _unkeyed_prefix(s)
+    anchor = make_anchor(key, count, head_hash, unkeyed)
+    append_anchor(anchor)
+    if path is not None:
+        append_anchor(anchor, path)
+    return anchor
+
+
+def _anchor_after_commit(session: Session) -> None:
+    event.listen(session, "after_commit", lambda _s: write_anchor(), once=True)
 
 
 def record_event(
@@ -66,26 +124,30 @@ def record_event(
     """
     head = session.get(AuditHead, 1)
     prev = head.hash if head else GENESIS
+    key = load_key(create_with_unkeyed=head.count if head else 0)
     ts = time.time()
     actor = current_actor()
     pd = digest(params or {})
-    event = AuditEvent(
+    ev = AuditEvent(
         ts=ts,
         actor=actor,
         action=action,
         object=obj,
         params_digest=pd,
         prev_hash=prev,
-        hash=_event_hash(prev, ts, actor, action, obj, pd),
+        hash=_event_hash(key, prev, ts, actor, action, obj, pd),
     )
-    session.add(event)
+    session.add(ev)
     if head is None:
-        session.add(AuditHead(id=1, count=1, hash=event.hash))
+        head = AuditHead(id=1, count=1, hash=ev.hash)
+        session.add(head)
     else:
         head.count += 1
-        head.hash = event.hash
+        head.hash = ev.hash
     session.flush()
-    return event
+    if head.count % ANCHOR_EVERY == 0 or not anchor_path().exists():
+        _anchor_after_commit(session)
+    return ev
 
 
 def audited(action: str, obj: str, params: dict[str, Any] | None = None) -> None:
@@ -109,22 +171,72 @@ class ChainReport:
     problems: list[str] = field(default_factory=list)
 
 
-def verify_chain(session: Session) -> ChainReport:
-    """Recompute the chain; report edited, reordered, inserted or deleted events."""
-    problems: list[str] = []
-    prev = GENESIS
-    n = 0
-    for ev in session.scalars(select(AuditEvent).order_by(AuditEvent.id)):
-        n += 1
-        if ev.prev_hash != prev:
-            problems.append(f"event {ev.id}: chain broken (an earlier event was deleted or edited)")
-        expected = _event_hash(
-            ev.prev_hash, ev.ts, ev.actor, ev.action, ev.object, ev.params_digest
+def _check_event(
+    ev: AuditEvent, key: AuditKey | None, position: int, unkeyed: int, prev: str
+) -> list[str]:
+    problems = []
+    if ev.prev_hash != prev:
+        problems.append(f"event {ev.id}: chain broken (an earlier event was deleted or edited)")
+    fields = (ev.prev_hash, ev.ts, ev.actor, ev.action, ev.object, ev.params_digest)
+    if key is not None and hmac.compare_digest(ev.hash, _event_hash(key, *fields)):
+        return problems
+    if ev.hash != _event_hash(None, *fields):
+        problems.append(f"event {ev.id}: contents do not match its hash (edited)")
+    elif key is not None and position > unkeyed:
+        problems.append(
+            f"event {ev.id}: hash is not keyed but the chain is keyed from event "
+            f"#{unkeyed + 1} on (rewritten by someone without the key)"
         )
-        if ev.hash != expected:
-            problems.append(f"event {ev.id}: contents do not match its hash (edited)")
+    return problems
+
+
+def _check_anchors(
+    key: AuditKey | None, hashes: list[str], paths: list[Path], keyed_events: bool
+) -> tuple[int | None, list[str]]:
+    """Every valid anchor's event must still be there with the anchored hash."""
+    problems: list[str] = []
+    found: list[dict[str, Any]] = []
+    for path in paths:
+        anchors, bad = read_anchors(key, path)
+        problems += bad
+        found += anchors
+    for a in found:
+        n = int(a["count"])
+        if n > len(hashes) or (n and hashes[n - 1] != a["hash"]):
+            problems.append(
+                f"anchor of {n} events ({a['hash'][:12]}) no longer matches the chain of "
+                f"{len(hashes)} events (events deleted or rewritten)"
+            )
+    if not found and keyed_events:
+        names = ", ".join(p.name for p in paths)
+        problems.append(f"no anchor found in {names} (anchor file removed or emptied)")
+    newest = max(found, key=lambda a: a["count"]) if found else None
+    return (int(newest["unkeyed"]) if newest else None), problems
+
+
+def verify_chain(session: Session, anchors: Path | None = None) -> ChainReport:
+    """Recompute the chain; report edited, reordered, inserted or deleted events.
+
+    Args:
+        session: an open session on the metadata DB.
+        anchors: another anchor file to check against (an exported copy), besides the
+            workspace's own.
+    """
+    key = load_key()
+    paths = [anchor_path(), *([anchors] if anchors is not None else [])]
+    events = list(session.scalars(select(AuditEvent).order_by(AuditEvent.id)))
+    hashes = [ev.hash for ev in events]
+    keyed_events = len(events) > (key.unkeyed or 0) if key is not None else False
+    anchored_unkeyed, problems = _check_anchors(key, hashes, paths, keyed_events)
+    unkeyed = key.unkeyed if key is not None and key.unkeyed is not None else anchored_unkeyed
+    if key is not None and key.unkeyed is not None and anchored_unkeyed not in (None, key.unkeyed):
+        problems.append("anchors and key file disagree on where the keyed chain starts")
+    prev = GENESIS
+    for position, ev in enumerate(events, start=1):
+        problems += _check_event(ev, key, position, unkeyed or 0, prev)
         prev = ev.hash
     head = session.get(AuditHead, 1)
+    n = len(events)
     if head is None and n:
         problems.append("audit head missing")
     elif head is not None:

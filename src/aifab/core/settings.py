@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from pydantic import Field
+from pydantic import Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
@@ -26,6 +26,9 @@ class Settings(BaseSettings):
         None, description="Memory cap for DuckDB queries, e.g. 2GB (default: DuckDB's, 80% of RAM)."
     )
     duckdb_threads: int | None = Field(None, description="DuckDB threads; default all cores.")
+    audit_key: SecretStr | None = Field(
+        None, description="HMAC key of the audit chain (default: the workspace's audit.key file)."
+    )
 
     @property
     def resolved_home(self) -> Path:

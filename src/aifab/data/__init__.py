@@ -34,6 +34,7 @@ from aifab.data.label import (
 from aifab.data.quarantine import count_quarantine, list_quarantine, quarantine
 from aifab.data.splits import SplitSpec, split
 from aifab.data.validate import ExpectationSuite, ValidationReport, validate
+from aifab.data.verify import verify_lake
 
 __all__ = [
     "CleanSpec",
@@ -74,4 +75,5 @@ __all__ = [
     "split",
     "submit_label",
     "validate",
+    "verify_lake",
 ]

@@ -15,6 +15,7 @@ from aifab.core.errors import InvalidInputError, NotFoundError, first_line
 from aifab.data import lake
 from aifab.data.catalog import VersionInfo, ensure_profile, resolve, resolve_in
 from aifab.data.refs import parse_ref
+from aifab.data.sandbox import check_select
 from aifab.data.tables import DatasetRow, LineageEdge, VersionRow
 
 EXPORT_FORMATS = ("parquet", "csv", "jsonl")
@@ -48,9 +49,14 @@ def _bind_datasets(con: duckdb.DuckDBPyConnection, sql: str) -> None:
 def query(sql: str, limit: int | None = None) -> pa.Table:
     """Run read-only SQL over datasets: ``SELECT * FROM iris`` or ``FROM "iris@2"``.
 
+    Only a single SELECT (or WITH/FROM/VALUES) statement is run, on a sandboxed connection: no
+    COPY, EXPORT, ATTACH, SET or second statement, and no files outside the lake.
+
     Raises:
-        InvalidInputError: the SQL does not parse or bind (the message says why, no traceback).
+        InvalidInputError: the SQL does not parse or bind, or is not one SELECT statement (the
+            message says why, no traceback).
     """
+    check_select(sql, "")
     con = lake.connect(sandboxed=True)
     _bind_datasets(con, sql)
     try:

@@ -302,6 +302,8 @@ def commit_staged(
     with session_scope() as s:
         found = _existing(s, name, digest)
     if found is not None:
+        if lake.object_key(obj_digest) in found.objects:
+            lake.put_object(staged, obj_digest, con)  # checks the stored object, repairs it
         staged.unlink(missing_ok=True)
         return CommitResult(found, created=False)
     rel = lake.scan_sql_paths([staged])
@@ -314,7 +316,7 @@ def commit_staged(
         "transform": transform,
     }
     meta["num_rows"] = pq.read_metadata(staged).num_rows + (base.num_rows if base else 0)
-    key = lake.put_object(staged, obj_digest)
+    key = lake.put_object(staged, obj_digest, con)
     objects = [*(base.objects if base else ()), key]
     if meta["num_rows"] <= EAGER_PROFILE_MAX_ROWS:
         meta["profile"] = profile_relation(con, lake.scan_sql(objects))

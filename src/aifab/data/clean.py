@@ -27,6 +27,7 @@ from aifab.data.lake import sql_error, sql_ident, sql_string
 from aifab.data.pii import CARD_UDF, register_functions
 from aifab.data.profile import kind_of
 from aifab.data.quarantine import QuarantineItem, quarantine
+from aifab.data.sandbox import check_expression
 
 _NFKC_UDF = "aifab_nfkc"
 #: Steps that need each row's position in the input version.
@@ -239,7 +240,7 @@ def _rename(r: _Run, s: cs.Rename, where: str) -> dict[str, Any]:
 
 
 def _filter(r: _Run, s: cs.Filter, where: str) -> dict[str, Any]:
-    r.sql = cs.where_sql(r.sql, s.where)
+    r.sql = cs.where_sql(r.sql, check_expression(s.where, where))
     return {}
 
 

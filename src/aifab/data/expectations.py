@@ -2,18 +2,27 @@
 
 Each row-level expectation compiles to :class:`RowRule` s whose ``fails`` predicate is true for
 the rows breaking it; ``row_count`` and ``sql: {assert: ...}`` are checked on the whole dataset.
+Every expectation has a ``level``: ``error`` (default) failures count against the run,
+``warn`` failures are only reported.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BeforeValidator, ConfigDict, Field, model_validator
 
 from aifab.core.config import StrictConfig
 from aifab.data.clean_steps import RN, Scalar, one_key_form, sql_literal
 from aifab.data.lake import sql_ident, sql_string
+from aifab.data.sandbox import check_expression
+
+Level = Literal["error", "warn"]
+
+
+def _level() -> Any:
+    return Field("error", description="error: failures count against the run; warn: only reported.")
 
 
 @dataclass(frozen=True)
@@ -25,6 +34,7 @@ class RowRule:
     fails: str
     reason: str
     column: str | None = None
+    level: Level = "error"
 
 
 class NotNull(StrictConfig):
@@ -33,6 +43,7 @@ class NotNull(StrictConfig):
     op: Literal["not_null"] = "not_null"
     columns: list[str] = Field(min_length=1)
     name: str | None = None
+    level: Level = _level()
 
     def row_rules(self, index: int) -> list[RowRule]:
         """One ``not_null:<column>`` rule per column (``<name>:<column>`` when named)."""
@@ -58,6 +69,7 @@ class Unique(StrictConfig):
     op: Literal["unique"] = "unique"
     columns: list[str] = Field(min_length=1)
     name: str | None = None
+    level: Level = _level()
 
     def row_rules(self, index: int) -> list[RowRule]:
         """The rule flagging repeats, in row order."""
@@ -80,6 +92,7 @@ class Between(StrictConfig):
     min: Scalar | None = None
     max: Scalar | None = None
     name: str | None = None
+    level: Level = _level()
 
     @model_validator(mode="after")
     def _check(self) -> Between:
@@ -109,6 +122,7 @@ class InSet(StrictConfig):
     column: str
     values: list[Scalar] = Field(min_length=1)
     name: str | None = None
+    level: Level = _level()
 
     def row_rules(self, index: int) -> list[RowRule]:
         """The rule flagging values outside the set."""
@@ -126,23 +140,37 @@ class InSet(StrictConfig):
 
 
 class Regex(StrictConfig):
-    """The whole value matches the RE2 ``pattern`` (``regexp_full_match``); nulls pass."""
+    """The value matches the RE2 ``pattern``; nulls pass.
+
+    ``match: full`` (default) needs the whole value to match (``regexp_full_match``);
+    ``match: partial`` needs a match anywhere in it (``regexp_matches``).
+    """
 
     op: Literal["regex"] = "regex"
     column: str
     pattern: str = Field(min_length=1)
+    match: Literal["full", "partial"] = Field(
+        "full", description="full (default): the whole value matches; partial: any part does."
+    )
     name: str | None = None
+    level: Level = _level()
 
     def row_rules(self, index: int) -> list[RowRule]:
         """The rule flagging values that do not match."""
         value = f"CAST({sql_ident(self.column)} AS VARCHAR)"
-        fails = f"coalesce(NOT regexp_full_match({value}, {sql_string(self.pattern)}), FALSE)"
+        fn = "regexp_full_match" if self.match == "full" else "regexp_matches"
+        fails = f"coalesce(NOT {fn}({value}, {sql_string(self.pattern)}), FALSE)"
+        how = (
+            "full match; set match: partial to search within values"
+            if self.match == "full"
+            else "partial match anywhere in the value"
+        )
         return [
             RowRule(
                 self.name or f"regex:{self.column}",
                 "regex",
                 fails,
-                f"does not match {self.pattern}",
+                f"does not match {self.pattern} ({how})",
                 self.column,
             )
         ]
@@ -155,6 +183,7 @@ class RowCount(StrictConfig):
     min: int | None = Field(None, ge=0)
     max: int | None = Field(None, ge=0)
     name: str | None = None
+    level: Level = _level()
 
     def row_rules(self, index: int) -> list[RowRule]:
         """None: this is a dataset-level rule."""
@@ -178,6 +207,7 @@ class Sql(StrictConfig):
     where: str | None = Field(None, min_length=1)
     assert_: str | None = Field(None, alias="assert", min_length=1)
     name: str | None = None
+    level: Level = _level()
 
     @model_validator(mode="after")
     def _check(self) -> Sql:
@@ -186,10 +216,11 @@ class Sql(StrictConfig):
         return self
 
     def row_rules(self, index: int) -> list[RowRule]:
-        """The predicate's rule (none for ``assert``); newlines guard against comments."""
+        """The predicate's rule (none for ``assert``), parsed as exactly one SQL expression."""
         if self.where is None:
             return []
-        fails = f"NOT coalesce((\n{self.where}\n), FALSE)"
+        predicate = check_expression(self.where, f"expectation {index} (sql)")
+        fails = f"NOT coalesce({predicate}, FALSE)"
         return [
             RowRule(self.name or f"sql:{index}", "sql", fails, f"does not satisfy {self.where}")
         ]
@@ -208,17 +239,25 @@ Expectation = Annotated[
 class ExpectationSuite(StrictConfig):
     """Expectations checked against one dataset version.
 
-    ``on_failure: quarantine`` (default) stores each failing row in the quarantine (stage
-    ``validate``, once per rule it broke) and commits the passing rows as a new version; when
-    nothing fails no version is made. ``report`` only reports. A run *fails* (``passed`` is
-    False) when a dataset-level rule fails or when the share of failing rows exceeds
-    ``max_failure_share`` (default 1.0: failing rows alone never fail the run); a failed run
-    commits and quarantines nothing.
+    A run *fails* (``passed`` is False) when an ``error``-level dataset rule fails, or when the
+    share of rows failing an ``error``-level row rule exceeds ``max_failure_share`` (default
+    0.0: any such row fails the run). A failed run commits and quarantines nothing.
+    ``warn``-level failures never fail the run; their rows are reported and kept.
+
+    When the run passes, ``on_failure: quarantine`` (default) stores each row that broke an
+    ``error``-level rule in the quarantine (stage ``validate``, once per rule it broke) and
+    commits the other rows as a new version; when none broke one no version is made.
+    ``report`` only reports.
     """
 
     expectations: list[Expectation] = Field(min_length=1)
     on_failure: Literal["quarantine", "report"] = "quarantine"
-    max_failure_share: float = Field(1.0, ge=0.0, le=1.0)
+    max_failure_share: float = Field(
+        0.0,
+        ge=0.0,
+        le=1.0,
+        description="Largest share of rows that may fail error-level rules (default 0).",
+    )
     examples: int = Field(5, ge=0, le=100, description="Failing rows shown per rule.")
 
     def to_yaml_dict(self) -> dict[str, object]:

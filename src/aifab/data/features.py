@@ -154,7 +154,7 @@ def fit_features(
     cfg = as_config(FeatureSpec, spec, source="feature spec")
     v = resolve(ref)
     name = output or f"{v.dataset}.features"
-    con = lake.connect()
+    con = lake.connect(sandboxed=True)
     try:
         ft = _fit(v, cfg, name, con)
         ft.register(con)

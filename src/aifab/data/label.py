@@ -130,7 +130,7 @@ def label(
     v = resolve(ref)
     _check_column(v, "key", cfg.key)
     _check_column(v, "text_column", cfg.text_column)
-    con = lake.connect()
+    con = lake.connect(sandboxed=True)  # labeling functions are user-written SQL
     rel = v.scan_sql()
     check_functions(con, rel, v.columns, cfg)
     name = output or v.dataset

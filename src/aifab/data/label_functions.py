@@ -15,6 +15,7 @@ from pydantic import Field, model_validator
 from aifab.core.config import StrictConfig
 from aifab.core.errors import InvalidInputError, first_line
 from aifab.data import lake
+from aifab.data.sandbox import check_expression
 
 LABEL_COLUMNS = ("label", "label_confidence", "label_source")
 #: Characters with a meaning in RE2 patterns, escaped so keywords match literally.
@@ -94,7 +95,8 @@ def condition_sql(fn: LabelingFunction) -> str:
         flags = "(?i)" if fn.regex.ignore_case else ""
         return f"regexp_matches({col}, {lake.sql_string(flags + fn.regex.pattern)})"
     assert fn.sql is not None
-    return f"CAST(({fn.sql}) AS BOOLEAN)"
+    # Checked here too, not only in check_functions: no caller can splice in a statement.
+    return f"CAST({check_expression(fn.sql, f'label spec: function {fn.name!r}')} AS BOOLEAN)"
 
 
 def check_functions(
@@ -109,6 +111,8 @@ def check_functions(
                 f"label spec: {where}: column {rule.column!r} not found "
                 f"(columns: {', '.join(columns)})"
             )
+        if fn.sql is not None:
+            check_expression(fn.sql, f"label spec: {where}")
         try:
             con.execute(f"SELECT {condition_sql(fn)} FROM {rel} LIMIT 0").fetchall()
             if fn.regex is not None:  # RE2 compiles constant patterns only when it meets a row

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import duckdb
 
+from aifab.core.audit import audited
 from aifab.core.errors import InvalidInputError, first_line
 from aifab.core.ids import new_id
 from aifab.core.settings import get_settings
@@ -27,8 +28,10 @@ def connect(sandboxed: bool = False) -> duckdb.DuckDBPyConnection:
     """An in-memory DuckDB connection with the workspace's memory cap and spill directory.
 
     Args:
-        sandboxed: for connections that run user SQL (filters, rules, ``aifab data query``):
-            files outside the lake and the scratch directory cannot be read or written.
+        sandboxed: for connections that run user SQL (filters, rules, labeling functions,
+            ``aifab data query``): files outside the lake and the scratch directory cannot be
+            read or written, no extension is installed or loaded, and settings are locked.
+            Statements are checked by :mod:`aifab.data.sandbox` before they run.
     """
     settings = get_settings()
     ws = get_workspace(settings)
@@ -44,6 +47,10 @@ def connect(sandboxed: bool = False) -> duckdb.DuckDBPyConnection:
         dirs = ", ".join(sql_string(str(p.resolve()) + "/") for p in (ws.lake, ws.tmp))
         con.execute(f"SET allowed_directories = [{dirs}]")
         con.execute("SET enable_external_access = false")
+        con.execute("SET autoinstall_known_extensions = false")
+        con.execute("SET autoload_known_extensions = false")
+        # Nothing the user's SQL runs can widen the sandbox again.
+        con.execute("SET lock_configuration = true")
     return con
 
 
@@ -114,15 +121,45 @@ def content_hash(con: duckdb.DuckDBPyConnection, files: Sequence[Path]) -> str:
     return h.hexdigest()
 
 
-def put_object(staged: Path, digest: str) -> str:
-    """Move a staged Parquet file into the lake under its digest; return its key."""
-    key = f"objects/{digest[:2]}/{digest}.parquet"
+def object_key(digest: str) -> str:
+    """The lake key of the object whose rows hash to ``digest``."""
+    return f"objects/{digest[:2]}/{digest}.parquet"
+
+
+def object_problem(con: duckdb.DuckDBPyConnection, key: str) -> str | None:
+    """Why the object ``key`` cannot be trusted (missing, unreadable, corrupt), or None if sound.
+
+    The key names the content hash of the object's rows; it is recomputed from the file.
+    """
+    path = object_path(key)
+    if not path.is_file():
+        return "missing"
+    try:
+        actual = content_hash(con, [path])
+    except duckdb.Error as exc:
+        return f"unreadable: {first_line(exc)}"
+    if actual != Path(key).stem:
+        return f"corrupt: its rows hash to {actual[:12]}, not {Path(key).stem[:12]}"
+    return None
+
+
+def put_object(staged: Path, digest: str, con: duckdb.DuckDBPyConnection | None = None) -> str:
+    """Move a staged Parquet file into the lake under its digest; return its key.
+
+    An object already stored under that digest is reused only after its rows are checked
+    against the digest (with ``con``); a corrupt or unreadable one is replaced by the staged
+    file, whose rows are known to hash to ``digest``.
+    """
+    key = object_key(digest)
     target = object_path(key)
-    if target.exists():
+    problem = object_problem(con or connect(), key) if target.exists() else None
+    if target.exists() and problem is None:
         staged.unlink(missing_ok=True)
         return key
     target.parent.mkdir(parents=True, exist_ok=True)
     with open(staged, "rb") as fh:
         os.fsync(fh.fileno())
     os.replace(staged, target)
+    if problem is not None:
+        audited("lake.object.repair", f"object:{key}", {"problem": problem})
     return key

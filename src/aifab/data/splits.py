@@ -3,7 +3,9 @@
 Every method ranks rows and cuts the ranking at the cumulative fractions, so split sizes are
 exact (within rounding) rather than approximately right: ``random`` ranks by a hash of (row
 number, seed), ``stratified`` does the same within each class of ``by``, and ``time`` ranks by
-``by`` (oldest first, so the newest rows land in test). The original row order is kept.
+``by`` (oldest first, so the newest rows land in test). Rows with the same time share their
+rank (``rank()``, not ``row_number()``), so a tie is never split: the cut moves to the end of
+the tie and sizes follow it. The original row order is kept.
 """
 
 from __future__ import annotations
@@ -81,8 +83,9 @@ def _split_sql(v: VersionInfo, spec: SplitSpec) -> str:
     c1, c2 = _cuts(spec)
     by = lake.sql_ident(spec.by) if spec.by else ""
     seed = int(spec.seed)
+    ranking = "row_number()"
     if spec.method == "time":
-        order, part = f"{by} ASC NULLS FIRST, {_ROW}", ""
+        order, part, ranking = f"{by} ASC NULLS FIRST", "", "rank()"
     else:
         order = f"hash({_ROW}, {seed}::BIGINT), {_ROW}"
         part = f"PARTITION BY {by}" if spec.method == "stratified" else ""
@@ -92,7 +95,7 @@ def _split_sql(v: VersionInfo, spec: SplitSpec) -> str:
         f"WHEN __rank < floor(__n * '{c1!r}'::DOUBLE + 0.5) THEN 'train' "
         f"WHEN __rank < floor(__n * '{c2!r}'::DOUBLE + 0.5) THEN 'valid' "
         f"ELSE 'test' END AS {lake.sql_ident(SPLIT_COLUMN)} FROM ("
-        f"SELECT *, row_number() OVER ({part} ORDER BY {order}) - 1 AS __rank, "
+        f"SELECT *, {ranking} OVER ({part} ORDER BY {order}) - 1 AS __rank, "
         f"count(*) OVER ({part}) AS __n FROM ("
         f"SELECT {keep}, row_number() OVER () AS {_ROW} FROM {v.scan_sql()})) "
         f"ORDER BY {_ROW}"
@@ -100,7 +103,18 @@ def _split_sql(v: VersionInfo, spec: SplitSpec) -> str:
 
 
 def _expected_counts(con: duckdb.DuckDBPyConnection, v: VersionInfo, spec: SplitSpec) -> Any:
-    """Per-split row counts (and per class for stratified), recorded with the version."""
+    """Per-split row counts (and per class for stratified), recorded with the version.
+
+    Time splits count the result (ties move the cuts); the others know their sizes up front.
+    """
+    if spec.method == "time":
+        got = dict(
+            con.execute(
+                f"SELECT {lake.sql_ident(SPLIT_COLUMN)}, count(*) FROM ({_split_sql(v, spec)}) "
+                "GROUP BY ALL"
+            ).fetchall()
+        )
+        return {s: int(got.get(s, 0)) for s in _NAMES}
     if spec.method != "stratified":
         return _counts(v.num_rows, spec)
     assert spec.by is not None
@@ -108,6 +122,14 @@ def _expected_counts(con: duckdb.DuckDBPyConnection, v: VersionInfo, spec: Split
         f"SELECT CAST({lake.sql_ident(spec.by)} AS VARCHAR), count(*) FROM {v.scan_sql()} "
         "GROUP BY ALL ORDER BY 1 NULLS FIRST"
     ).fetchall()
+    single = [str(k) for k, n in rows if n == 1]
+    if single:
+        shown = ", ".join(repr(k) for k in single[:20]) + (" ..." if len(single) > 20 else "")
+        raise InvalidInputError(
+            f"split spec: stratified by {spec.by!r}: {len(single)} class(es) have only one row, "
+            f"which cannot be shared between train, valid and test: {shown} "
+            "(merge or drop them, or use method: random)"
+        )
     per_class = {str(k): _counts(int(n), spec) for k, n in rows}
     totals = {s: sum(c[s] for c in per_class.values()) for s in _NAMES}
     return {**totals, "by_class": per_class}
@@ -135,6 +157,8 @@ def split(
     """
     cfg = as_config(SplitSpec, spec, source="split spec")
     v = resolve(ref)
+    if v.num_rows == 0:
+        raise InvalidInputError(f"cannot split {v.ref}: {v.ref} has no rows")
     if cfg.by is not None and cfg.by not in v.columns:
         raise InvalidInputError(
             f"split spec: by: column {cfg.by!r} not found in {v.ref} "

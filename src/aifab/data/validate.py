@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator, Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
 
@@ -30,6 +30,7 @@ from aifab.data.expectations import (
 )
 from aifab.data.lake import sql_error, sql_ident, sql_string
 from aifab.data.quarantine import QuarantineItem, quarantine
+from aifab.data.sandbox import check_select
 
 __all__ = ["ExpectationSuite", "RuleResult", "ValidationReport", "validate"]
 
@@ -48,6 +49,7 @@ class RuleResult:
     passed: bool
     detail: str = ""
     examples: list[dict[str, Any]] = field(default_factory=list)
+    severity: Literal["error", "warn"] = "error"
 
 
 @dataclass
@@ -62,11 +64,35 @@ class ValidationReport:
     rules: list[RuleResult]
     version: VersionInfo | None = None
     created: bool = False
+    warned_rows: int = 0
+    max_failure_share: float = 0.0
+    #: Why the run failed (empty when it passed).
+    reasons: list[str] = field(default_factory=list)
 
     @property
     def failure_share(self) -> float:
-        """Share of rows that failed at least one row rule."""
+        """Share of rows that failed at least one error-level row rule."""
         return self.failed_rows / self.rows if self.rows else 0.0
+
+    @property
+    def warned(self) -> bool:
+        """Whether any warn-level rule failed."""
+        return any(not r.passed and r.severity == "warn" for r in self.rules)
+
+    def judge(self) -> None:
+        """Set ``passed`` and ``reasons`` from the rule results and the failure threshold."""
+        self.reasons = [
+            f"{r.name} failed ({r.detail})"
+            for r in self.rules
+            if r.level == "dataset" and r.severity == "error" and not r.passed
+        ]
+        if self.failure_share > self.max_failure_share:
+            self.reasons.insert(
+                0,
+                f"{self.failed_rows} of {self.rows} rows failed error-level rules "
+                f"({self.failure_share:.1%}, allowed {self.max_failure_share:.1%})",
+            )
+        self.passed = not self.reasons
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready dict."""
@@ -76,6 +102,9 @@ class ValidationReport:
             "rows": self.rows,
             "failed_rows": self.failed_rows,
             "failure_share": self.failure_share,
+            "max_failure_share": self.max_failure_share,
+            "warned_rows": self.warned_rows,
+            "reasons": self.reasons,
             "quarantined": self.quarantined,
             "version": self.version.to_dict() if self.version else None,
             "created": self.created,
@@ -97,7 +126,7 @@ def _row_rules(
             describe(con, f"SELECT {rule.fails} FROM {_BASE}", where)
             if any(r.name == rule.name for r in rules):
                 raise InvalidInputError(f"{where}: rule name {rule.name!r} is used twice")
-            rules.append(rule)
+            rules.append(replace(rule, level=e.level))
     return rules
 
 
@@ -118,22 +147,34 @@ def _dataset_results(source: VersionInfo, suite: ExpectationSuite) -> list[RuleR
                         int(not ok),
                         ok,
                         f"{source.num_rows} rows",
+                        severity=e.level,
                     )
                 )
             elif isinstance(e, Sql) and e.assert_ is not None:
-                got = fetch(con, e.assert_, f"expectation {i} (sql)")
+                asserted = check_select(e.assert_, f"expectation {i} (sql)")
+                got = fetch(con, asserted, f"expectation {i} (sql)")
                 ok = len(got) == 1 and len(got[0]) == 1 and got[0][0] is True
                 shown = (
                     repr(got[0][0]) if len(got) == 1 and len(got[0]) == 1 else f"{len(got)} rows"
                 )
                 results.append(
                     RuleResult(
-                        e.name or f"sql:{i}", "sql", "dataset", int(not ok), ok, f"returned {shown}"
+                        e.name or f"sql:{i}",
+                        "sql",
+                        "dataset",
+                        int(not ok),
+                        ok,
+                        f"returned {shown}",
+                        severity=e.level,
                     )
                 )
     finally:
         con.close()
     return results
+
+
+def _any(flags: list[str]) -> str:
+    return " OR ".join(flags) if flags else "FALSE"
 
 
 def _find_failures(
@@ -142,23 +183,31 @@ def _find_failures(
     columns: list[str],
     examples: int,
     where: str,
-) -> tuple[int, list[RuleResult]]:
-    """One pass keeping the failing rows in a temp table; return their count and rule results."""
+) -> tuple[int, int, list[RuleResult]]:
+    """One pass keeping the failing rows in a temp table.
+
+    Returns:
+        Rows failing an error-level rule, rows failing a warn-level rule, and rule results.
+        ``__err`` in the table marks the rows that fail an error-level rule.
+    """
     flags = [f"__aifab_f{i}" for i in range(len(rules))]
+    errors = [f for r, f in zip(rules, flags, strict=True) if r.level == "error"]
+    warns = [f for r, f in zip(rules, flags, strict=True) if r.level == "warn"]
     record = "{" + ", ".join(f"{sql_string(c)}: {sql_ident(c)}" for c in columns) + "}"
     inner = ", ".join(f"{r.fails} AS {f}" for r, f in zip(rules, flags, strict=True))
     fetch(
         con,
         f"CREATE TEMP TABLE {_FAILED} AS SELECT {sql_ident(RN)} AS rn, "
-        f"{', '.join(flags)}, to_json({record}) AS rec "
-        f"FROM (SELECT *, {inner} FROM {_BASE}) AS t WHERE {' OR '.join(flags)}",
+        f"{', '.join(flags)}, ({_any(errors)}) AS __err, to_json({record}) AS rec "
+        f"FROM (SELECT *, {inner} FROM {_BASE}) AS t WHERE {_any(flags)}",
         where,
     )
     counts = con.execute(
-        f"SELECT count(*), {', '.join(f'count(*) FILTER ({f})' for f in flags)} FROM {_FAILED}"
+        f"SELECT count(*) FILTER (__err), count(*) FILTER ({_any(warns)}), "
+        f"{', '.join(f'count(*) FILTER ({f})' for f in flags)} FROM {_FAILED}"
     ).fetchall()[0]
     results = []
-    for rule, flag, n in zip(rules, flags, counts[1:], strict=True):
+    for rule, flag, n in zip(rules, flags, counts[2:], strict=True):
         shown = (
             con.execute(
                 f"SELECT rn, rec FROM {_FAILED} WHERE {flag} ORDER BY rn LIMIT {examples}"
@@ -175,19 +224,20 @@ def _find_failures(
                 n == 0,
                 rule.reason,
                 [{"line": rn, "record": json.loads(rec)} for rn, rec in shown],
+                rule.level,
             )
         )
-    return int(counts[0]), results
+    return int(counts[0]), int(counts[1]), results
 
 
 def _items(con: duckdb.DuckDBPyConnection, rules: list[RowRule]) -> Iterator[QuarantineItem]:
     flags = ", ".join(f"__aifab_f{i}" for i in range(len(rules)))
-    cursor = con.execute(f"SELECT rn, rec, {flags} FROM {_FAILED} ORDER BY rn")
+    cursor = con.execute(f"SELECT rn, rec, {flags} FROM {_FAILED} WHERE __err ORDER BY rn")
     while chunk := cursor.fetchmany(10_000):
         for rn, rec, *failed in chunk:
             row = json.loads(rec)
             for rule, bad in zip(rules, failed, strict=True):
-                if bad:
+                if bad and rule.level == "error":
                     reason = (
                         f"{rule.column}={row.get(rule.column)!r} {rule.reason}"
                         if rule.column
@@ -208,11 +258,13 @@ def validate(
         ref: the input, ``NAME`` or ``NAME@VERSION``.
         spec: an :class:`ExpectationSuite`, a path to its YAML, or a mapping.
         output: dataset for the passing rows (default: a new version of the input dataset).
-            When given, the passing rows are committed there even if no row failed.
+            When given, the passing rows are committed there even if no row failed, and
+            quarantined rows are stored under both the input's and the output's name.
 
     Returns:
         The report; ``version`` is the version holding the passing rows (the input itself when
-        nothing failed), or None when the run failed or ``on_failure`` is ``report``.
+        nothing failed), or None when the run failed or ``on_failure`` is ``report``. A failed
+        run (``passed`` False, ``reasons`` saying why) commits and quarantines nothing.
     """
     suite = as_config(ExpectationSuite, spec, source="expectation suite")
     source = resolve(ref)
@@ -228,16 +280,23 @@ def validate(
         types = describe(con, "SELECT * FROM data", source.ref)
         columns = list(types)
         rules = _row_rules(con, suite, types)
-        failed, results = (
+        failed, warned, results = (
             _find_failures(con, rules, columns, suite.examples, f"validate {source.ref}")
             if rules
-            else (0, [])
+            else (0, 0, [])
         )
         results += _dataset_results(source, suite)
-        report = ValidationReport(source.ref, True, source.num_rows, failed, 0, results)
-        report.passed = all(r.passed for r in results if r.level == "dataset") and (
-            report.failure_share <= suite.max_failure_share
+        report = ValidationReport(
+            source.ref,
+            True,
+            source.num_rows,
+            failed,
+            0,
+            results,
+            warned_rows=warned,
+            max_failure_share=suite.max_failure_share,
         )
+        report.judge()
         renamed = output is not None and output != source.dataset
         if not report.passed or (failed and suite.on_failure == "report"):
             return report
@@ -246,7 +305,12 @@ def validate(
             return report
         keep = (
             f"SELECT {', '.join(sql_ident(c) for c in columns)} FROM {_BASE} AS b "
-            + (f"ANTI JOIN {_FAILED} AS f ON b.{sql_ident(RN)} = f.rn " if rules else "")
+            + (
+                f"ANTI JOIN (SELECT rn FROM {_FAILED} WHERE __err) AS f "
+                f"ON b.{sql_ident(RN)} = f.rn "
+                if rules
+                else ""
+            )
             + f"ORDER BY b.{sql_ident(RN)}"
         )
         transform = {
@@ -268,6 +332,10 @@ def validate(
             report.quarantined = quarantine(
                 source.dataset, "validate", _items(con, rules), version_id=source.id
             )
+            if result.version.dataset != source.dataset:  # findable under either name
+                quarantine(
+                    result.version.dataset, "validate", _items(con, rules), version_id=source.id
+                )
         return report
     except duckdb.Error as exc:
         raise sql_error(f"validate {source.ref}", exc) from None

@@ -158,7 +158,8 @@ def validate(ctx: StepContext, params: Mapping[str, Any]) -> PreparedStep:
     """Check ``input`` against an expectation suite; the passing rows go to ``output``.
 
     Failing rows are quarantined by the service and the pipeline goes on; the step fails when
-    the suite fails (a dataset-level rule, or more failing rows than ``max_failure_share``).
+    the suite fails (an error-level dataset rule, or more rows failing error-level rules than
+    ``max_failure_share``, default 0).
     """
     p = ctx.params(TransformParams, params)
     suite, files = _spec(ctx, "aifab.data.validate:ExpectationSuite", p.spec)
@@ -170,11 +171,9 @@ def validate(ctx: StepContext, params: Mapping[str, Any]) -> PreparedStep:
         report = validate_service(source.ref, suite, output=p.output)
         failing = {r.name: r.failed for r in report.rules if r.failed or not r.passed}
         if not report.passed:
-            broken = "; ".join(
-                f"{r.name}: {r.detail or f'{r.failed} rows'}" for r in report.rules if not r.passed
+            raise InvalidInputError(
+                f"validation of {source.ref} failed: {'; '.join(report.reasons)}"
             )
-            share = f"{report.failure_share:.1%} of rows failed"
-            raise InvalidInputError(f"validation of {source.ref} failed: {broken or share}")
         if report.version is None:
             raise InvalidInputError(
                 "the suite has on_failure: report, so it keeps no passing rows for the next "

@@ -154,3 +154,44 @@ def test_cli_split_bad_input(cli) -> None:
     r = cli("data", "split", "nope")
     assert r.exit_code != 0
     assert "not found" in r.stderr
+
+
+def _ties() -> None:
+    # 10 rows over 4 timestamps: a cut at 80% falls inside the run of day-3 rows.
+    commit_query(
+        "events",
+        "SELECT range AS id, DATE '2024-01-01' + CAST(CASE WHEN range < 2 THEN 0 "
+        "WHEN range < 4 THEN 1 WHEN range < 9 THEN 2 ELSE 3 END AS INTEGER) AS day "
+        "FROM range(10)",
+        source="test",
+        transform={"kind": "test"},
+    )
+
+
+def test_time_split_never_splits_a_tie() -> None:
+    _ties()
+    v = split("events", {"method": "time", "by": "day"}).version
+    rows = duckdb.sql(f"SELECT day, split FROM {v.scan_sql()}").fetchall()
+    sides: dict = {}
+    for day, s in rows:
+        sides.setdefault(day, set()).add(s)
+    assert all(len(s) == 1 for s in sides.values()), sides
+    order = {"train": 0, "valid": 1, "test": 2}
+    days = sorted(sides)
+    assert [order[next(iter(sides[d]))] for d in days] == sorted(
+        order[next(iter(sides[d]))] for d in days
+    )
+    counts = v.transform["counts"]
+    assert counts == {s: sum(1 for _, x in rows if x == s) for s in ("train", "valid", "test")}
+
+
+def test_stratified_split_with_single_row_classes_names_them() -> None:
+    commit_query(
+        "rare",
+        "SELECT range AS id, CASE WHEN range = 0 THEN 'unicorn' WHEN range = 1 THEN 'yeti' "
+        "ELSE 'cat' END AS y FROM range(30)",
+        source="test",
+        transform={"kind": "test"},
+    )
+    with pytest.raises(InvalidInputError, match="one row.*unicorn.*yeti"):
+        split("rare", {"method": "stratified", "by": "y"})

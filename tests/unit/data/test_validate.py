@@ -31,7 +31,9 @@ SUITE: dict[str, Any] = {
         {"row_count": {"min": 1, "max": 100}},
         {"sql": {"where": "age <> 40", "name": "not_forty"}},
         {"sql": {"assert": "SELECT count(DISTINCT country) = 3 FROM data"}},
-    ]
+    ],
+    # Quarantine failing rows and keep going (the default, 0.0, fails on any failing row).
+    "max_failure_share": 1.0,
 }
 
 
@@ -97,7 +99,9 @@ def test_unique_flags_every_repeat_after_the_first() -> None:
         source="test",
         transform={"kind": "test"},
     )
-    report = validate("k", {"expectations": [{"unique": {"columns": ["k"]}}]})
+    report = validate(
+        "k", {"expectations": [{"unique": {"columns": ["k"]}}], "max_failure_share": 0.5}
+    )
     assert report.rules[0].failed == 2
     assert [e["line"] for e in report.rules[0].examples] == [3, 4]
     assert report.version is not None
@@ -115,7 +119,8 @@ def test_clean_data_keeps_input_version() -> None:
             "expectations": [
                 {"row_count": {"min": 6}},
                 {"not_null": {"columns": ["country"], "name": "has_country"}},
-            ]
+            ],
+            "max_failure_share": 0.2,
         },
     )
     assert report.rules[0].name == "has_country" and report.rules[0].failed == 1
@@ -182,7 +187,10 @@ def test_bad_suites_name_the_problem() -> None:
 def test_cli_validate_table_json_and_exit_codes(cli, tmp_path: Path) -> None:
     make()
     ok = tmp_path / "ok.yaml"
-    ok.write_text("expectations:\n  - not_null: {columns: [email]}\n  - row_count: {min: 1}\n")
+    ok.write_text(
+        "expectations:\n  - not_null: {columns: [email]}\n  - row_count: {min: 1}\n"
+        "max_failure_share: 0.5\n"
+    )
     r = cli("data", "validate", "users", "-f", ok)
     assert r.exit_code == 0, r.stderr
     assert "not_null:email" in r.stdout and "PASSED" in r.stdout and "users@2" in r.stdout
@@ -203,7 +211,9 @@ def test_cli_validate_table_json_and_exit_codes(cli, tmp_path: Path) -> None:
 
 def test_cli_quarantine_lists_rows(cli) -> None:
     make()
-    validate("users", {"expectations": [{"not_null": {"columns": ["email"]}}]})
+    validate(
+        "users", {"expectations": [{"not_null": {"columns": ["email"]}}], "max_failure_share": 1}
+    )
     r = cli("data", "quarantine", "users", "--stage", "validate", "--json")
     assert r.exit_code == 0
     out = json.loads(r.stdout)
