@@ -53,6 +53,8 @@ class TabularModel:
     #: The test split's decoded records and labels (for permutation importance, fairness).
     test_records: list[dict[str, Any]]
     test_labels: list[str]
+    #: The same test rows with every dataset column (sensitive features need not be inputs).
+    test_raw: list[dict[str, Any]]
     #: Encoded background rows ``(k, cols)``.
     x_background: np.ndarray
     #: The raw feature (index into ``columns``) that owns each encoded column, -1 if unseen.
@@ -75,10 +77,12 @@ class TabularModel:
 
 def _decodable(
     model_handler: ClassifierHandler, records: list[dict[str, Any]], labels: list[str]
-) -> tuple[list[dict[str, Any]], list[str]]:
+) -> tuple[list[dict[str, Any]], list[str], list[dict[str, Any]]]:
     """Test rows that decode as requests (training may have imputed NULLs serving refuses)."""
     wanted = model_handler.input_columns
-    kept, kept_labels = [], []
+    kept: list[dict[str, Any]] = []
+    kept_labels: list[str] = []
+    raw: list[dict[str, Any]] = []
     for rec, label in zip(records, labels, strict=True):
         try:
             (one,) = model_handler.decode({"records": [{c: rec.get(c) for c in wanted}]})
@@ -86,7 +90,8 @@ def _decodable(
             continue
         kept.append(one)
         kept_labels.append(label)
-    return kept, kept_labels
+        raw.append(rec)
+    return kept, kept_labels, raw
 
 
 def _encode(handler: ClassifierHandler, records: list[dict[str, Any]]) -> np.ndarray:
@@ -149,7 +154,7 @@ def load_tabular(ref: str) -> TabularModel:
         records, labels = test_split(model_dir, sidecar)
     except NotFoundError as exc:
         raise NotFoundError(f"model {key}: {exc.message}") from None
-    records, labels = _decodable(handler, records, labels)
+    records, labels, raw = _decodable(handler, records, labels)
     if not records:
         raise InvalidInputError(f"model {key}: its test split has no rows to draw a background")
     rng = np.random.default_rng(0)
@@ -164,6 +169,7 @@ def load_tabular(ref: str) -> TabularModel:
         background=background,
         test_records=records,
         test_labels=labels,
+        test_raw=raw,
         x_background=_encode(handler, background),
         owner=_ownership(handler, records, columns, rng),
     )

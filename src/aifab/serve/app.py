@@ -30,6 +30,7 @@ _ROUTERS = (
     "aifab.serve.routes.data",
     "aifab.serve.routes.requests",
     "aifab.serve.routes.cost",
+    "aifab.serve.routes.explain",
 )
 
 
