@@ -160,7 +160,7 @@ def permutation_importance(
         return float(np.mean(classes[model.proba(rows).argmax(axis=1)] == truth))
 
     base = accuracy(records)
-    out = []
+    out: list[dict[str, Any]] = []
     for c in model.columns:
         drops = []
         for _ in range(repeats):
@@ -169,7 +169,7 @@ def permutation_importance(
                 base - accuracy([{**r, c: v} for r, v in zip(records, shuffled, strict=True)])
             )
         out.append({"feature": c, "importance": float(np.mean(drops)), "std": float(np.std(drops))})
-    out.sort(key=lambda d: -d["importance"])
+    out.sort(key=lambda d: -float(d["importance"]))
     return out
 
 

@@ -38,9 +38,10 @@ def _exact(m: int) -> tuple[np.ndarray, np.ndarray]:
 def _sampled(m: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
     masks = np.zeros((PERMUTATIONS * (m + 1), m), dtype=bool)
     w = np.zeros((m, PERMUTATIONS * (m + 1)))
+    order = np.arange(m)
     for p in range(PERMUTATIONS):
         # Antithetic pairs: every other permutation is the previous one reversed.
-        order = rng.permutation(m) if p % 2 == 0 else order[::-1]  # noqa: F821
+        order = rng.permutation(m) if p % 2 == 0 else order[::-1]
         base = p * (m + 1)
         for t, feature in enumerate(order):
             masks[base + t + 1] = masks[base + t]

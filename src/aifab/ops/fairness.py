@@ -96,7 +96,7 @@ def fairness_report(
         )
     )
     frame = MetricFrame(metrics=metrics, y_true=y_true, y_pred=y_pred, sensitive_features=groups)
-    by_group = [
+    by_group: list[dict[str, Any]] = [
         {"group": str(g), **{k: _num(v) for k, v in row.items()}, "count": int(row["count"])}
         for g, row in frame.by_group.to_dict(orient="index").items()
     ]
@@ -110,7 +110,7 @@ def fairness_report(
         "sensitive": list(sensitive),
         "rows": len(groups),
         "overall": {k: _num(v) for k, v in frame.overall.to_dict().items()},
-        "by_group": sorted(by_group, key=lambda g: (-g["count"], g["group"])),
+        "by_group": sorted(by_group, key=lambda g: (-int(g["count"]), str(g["group"]))),
         "excluded": excluded,
         "min_group_rows": min_group_rows,
         "demographic_parity_difference": _num(
