@@ -50,12 +50,17 @@ def fairness_command(
     sensitive: list[str] = typer.Option(..., "--sensitive", help=_SENSITIVE_HELP),
     positive: str | None = typer.Option(None, "--positive", help="The 'selected' class."),
     min_group_rows: int = typer.Option(5, "--min-group-rows", help="Smaller groups: shown only."),
+    dataset: str | None = typer.Option(
+        None, "--dataset", help="Evaluate on this labelled NAME@VERSION, not the test split."
+    ),
     as_json: bool = typer.Option(False, "--json", help=JSON_HELP),
 ) -> None:
     """Selection rate, TPR/FPR and accuracy by group on the test split, and the differences."""
     from aifab.ops import fairness_report
 
-    report = fairness_report(ref, sensitive, positive=positive, min_group_rows=min_group_rows)
+    report = fairness_report(
+        ref, sensitive, positive=positive, min_group_rows=min_group_rows, dataset=dataset
+    )
     if as_json:
         emit(report, True)
         return

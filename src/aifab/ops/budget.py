@@ -142,6 +142,10 @@ def check_job_budget(job: Any) -> None:
     team = getattr(job, "team", None)
     if not team:
         return
+    with session_scope() as s:
+        if s.get(BudgetRow, team) is None:
+            return
+    collect()  # the team's newest usage counts before it may start more
     for st in _statuses(team, time.time()):
         if st.state == "over":
             raise BudgetExceededError(f"job refused: budget exceeded: {st.message()}")

@@ -89,7 +89,8 @@ def _fairness(card: dict[str, Any]) -> list[str]:
     lines = [
         "## Evaluation by slice and fairness",
         "",
-        f"Over {_md(', '.join(f['sensitive']))} on {f['rows']} test rows; positive class "
+        f"Over {_md(', '.join(f['sensitive']))} on {f['rows']} rows of {_md(f['data'])}; "
+        "positive class "
         f"`{_md(f['positive'])}`. Demographic parity difference "
         f"**{_num(f['demographic_parity_difference'])}**, equalized odds difference "
         f"**{_num(f['equalized_odds_difference'])}** (groups under {f['min_group_rows']} rows "
@@ -181,7 +182,7 @@ owners: {{ card.owner.owners | join(", ") or "not stated" }}.</p>
 <h2>Metrics</h2><table>{% for k, v in metrics %}<tr><th>{{ k }}</th><td>{{ v }}</td></tr>
 {% endfor %}</table>
 {% if card.fairness %}{% set f = card.fairness %}<h2>Evaluation by slice and fairness</h2>
-<p>Over {{ f.sensitive | join(", ") }} on {{ f.rows }} test rows, positive class
+<p>Over {{ f.sensitive | join(", ") }} on {{ f.rows }} rows of {{ f.data }}, positive class
 <code>{{ f.positive }}</code>: demographic parity difference
 <b>{{ f.demographic_parity_difference }}</b>, equalized odds difference
 <b>{{ f.equalized_odds_difference }}</b>.</p><table><tr><th>group</th><th>count</th>

@@ -10,6 +10,9 @@ from __future__ import annotations
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass
+from datetime import date, datetime
+from datetime import time as dtime
+from decimal import Decimal
 from typing import Any
 
 import numpy as np
@@ -21,7 +24,7 @@ from aifab.inference.evaluation import test_split
 from aifab.models.checkpoint import read_sidecar
 from aifab.track.registry import download_model, resolve_model
 
-__all__ = ["TabularModel", "load_tabular", "softmax"]
+__all__ = ["TabularModel", "dataset_rows", "load_tabular", "softmax"]
 
 #: Background rows drawn from the test split (SHAP's "background data").
 BACKGROUND_ROWS = 8
@@ -55,6 +58,8 @@ class TabularModel:
     test_labels: list[str]
     #: The same test rows with every dataset column (sensitive features need not be inputs).
     test_raw: list[dict[str, Any]]
+    #: The label column of the training data.
+    label: str
     #: Encoded background rows ``(k, cols)``.
     x_background: np.ndarray
     #: The raw feature (index into ``columns``) that owns each encoded column, -1 if unseen.
@@ -125,6 +130,41 @@ def _ownership(
     return owner
 
 
+def _json_value(value: Any) -> Any:
+    """A value as a request body carries it (dates as ISO text, decimals as numbers)."""
+    if isinstance(value, datetime | date | dtime):
+        return value.isoformat()
+    if isinstance(value, Decimal):
+        return float(value)
+    return value
+
+
+def dataset_rows(
+    model: TabularModel, ref: str
+) -> tuple[list[dict[str, Any]], list[str], list[dict[str, Any]]]:
+    """Rows of dataset version ``ref`` as the model takes them: decoded, labels, raw rows.
+
+    Rows whose label is NULL, or that do not decode as requests, are left out.
+
+    Raises:
+        NotFoundError: no such dataset version.
+        InvalidInputError: it has no column named as the model's label.
+    """
+    from aifab.data import lake
+    from aifab.data.catalog import resolve
+
+    v = resolve(ref)
+    if model.label not in v.columns:
+        raise InvalidInputError(f"dataset {v.ref}: no label column {model.label!r}")
+    con = lake.connect()
+    try:
+        rows = con.sql(f"SELECT * FROM {v.scan_sql()}").to_arrow_table().to_pylist()
+    finally:
+        con.close()
+    raw = [{k: _json_value(x) for k, x in r.items()} for r in rows if r[model.label] is not None]
+    return _decodable(model.handler, raw, [str(r[model.label]) for r in raw])
+
+
 def load_tabular(ref: str) -> TabularModel:
     """Load model version ``ref`` for explanations (cached per resolved version).
 
@@ -170,6 +210,7 @@ def load_tabular(ref: str) -> TabularModel:
         test_records=records,
         test_labels=labels,
         test_raw=raw,
+        label=str(pre.get("label") or "label"),
         x_background=_encode(handler, background),
         owner=_ownership(handler, records, columns, rng),
     )

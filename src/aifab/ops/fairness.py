@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 
 from aifab.core.errors import InvalidInputError
-from aifab.ops.explain_model import TabularModel, load_tabular
+from aifab.ops.explain_model import TabularModel, dataset_rows, load_tabular
 
 __all__ = ["MISSING", "fairness_gate", "fairness_report"]
 
@@ -33,24 +33,28 @@ def _positive(model: TabularModel, positive: str | None) -> str:
     return min(model.classes, key=lambda c: (counts[c], c))
 
 
-def _groups(model: TabularModel, sensitive: list[str]) -> list[str]:
+def _groups(raw: list[dict[str, Any]], sensitive: list[str], where: str) -> list[str]:
     if not sensitive:
         raise InvalidInputError("sensitive: name at least one column, e.g. --sensitive country")
-    have = set(model.test_raw[0]) if model.test_raw else set()
+    have = set(raw[0]) if raw else set()
     missing = [c for c in sensitive if c not in have]
     if missing:
         raise InvalidInputError(
-            f"sensitive: {', '.join(map(repr, missing))} not in the test rows of {model.ref} "
+            f"sensitive: {', '.join(map(repr, missing))} not in the rows of {where} "
             f"(columns: {', '.join(sorted(have))})"
         )
     return [
-        " | ".join(MISSING if r.get(c) is None else str(r.get(c)) for c in sensitive)
-        for r in model.test_raw
+        " | ".join(MISSING if r.get(c) is None else str(r.get(c)) for c in sensitive) for r in raw
     ]
 
 
 def fairness_report(
-    ref: str, sensitive: list[str], *, positive: str | None = None, min_group_rows: int = 5
+    ref: str,
+    sensitive: list[str],
+    *,
+    positive: str | None = None,
+    min_group_rows: int = 5,
+    dataset: str | None = None,
 ) -> dict[str, Any]:
     """Group metrics of model version ``ref`` on its test split.
 
@@ -61,15 +65,19 @@ def fairness_report(
         positive: the class counted as selected (default: the rarer class on the test split).
         min_group_rows: groups with fewer test rows are shown but left out of the two
             differences (one row makes any rate 0 or 1).
+        dataset: a labelled dataset version (``NAME@VERSION``) to evaluate on instead of the
+            model's test split.
 
     Returns:
-        ``model``, ``positive``, ``sensitive``, ``rows``, ``overall`` and ``by_group``
+        ``model``, ``data``, ``positive``, ``sensitive``, ``rows``, ``overall``, ``by_group``
         (count, selection_rate, true_positive_rate, false_positive_rate, accuracy),
         ``demographic_parity_difference`` and ``equalized_odds_difference`` (over groups of
         at least ``min_group_rows``; None when fewer than two such groups), ``excluded``.
 
     Raises:
-        InvalidInputError: no or unknown sensitive columns, an unknown positive class.
+        InvalidInputError: no or unknown sensitive columns, an unknown positive class, a
+            dataset without the label column or without rows the model takes.
+        NotFoundError: no such model or dataset version.
     """
     from fairlearn.metrics import (
         MetricFrame,
@@ -84,9 +92,16 @@ def fairness_report(
 
     model = load_tabular(ref)
     pos = _positive(model, positive)
-    groups = _groups(model, sensitive)
-    predicted = np.asarray(model.classes)[model.proba(model.test_records).argmax(axis=1)]
-    y_true = (np.asarray(model.test_labels) == pos).astype(int)
+    records, labels, raw = model.test_records, model.test_labels, model.test_raw
+    where = f"the test split of {model.ref}"
+    if dataset is not None:
+        records, labels, raw = dataset_rows(model, dataset)
+        where = f"dataset {dataset}"
+        if not records:
+            raise InvalidInputError(f"{where}: no labelled rows the model takes")
+    groups = _groups(raw, sensitive, where)
+    predicted = np.asarray(model.classes)[model.proba(records).argmax(axis=1)]
+    y_true = (np.asarray(labels) == pos).astype(int)
     y_pred = (predicted == pos).astype(int)
     metrics = dict(
         zip(
@@ -106,6 +121,7 @@ def fairness_report(
     enough = len(set(kept)) >= 2
     return {
         "model": model.ref,
+        "data": where,
         "positive": pos,
         "sensitive": list(sensitive),
         "rows": len(groups),

@@ -6,6 +6,7 @@ manager, the request logger and the key limits, and stops them on shutdown.
 
 from __future__ import annotations
 
+import asyncio
 import importlib
 import importlib.util
 import logging
@@ -61,6 +62,7 @@ def create_app(*, reconcile_interval_s: float = 1.0, request_log_sample: float =
         app.state.limiter = RateLimiter()
         app.state.quota = TokenQuota()
         app.state.budget_gate = BudgetGate()
+        await asyncio.to_thread(app.state.budget_gate.refresh)
         manager = DeploymentManager(
             interval_s=reconcile_interval_s,
             on_batch=metrics.observe_batch,

@@ -105,8 +105,20 @@ def test_fairness_by_group_matches_the_predictions(model: Any) -> None:
     assert not ok and reasons[0].startswith("demographic_parity_difference")
 
 
+def test_fairness_on_another_labelled_dataset(model: Any) -> None:
+    from aifab.data.catalog import resolve
+
+    report = fairness_report(model.ref, ["plan"], dataset="customers_labeled@1")
+    assert report["data"] == "dataset customers_labeled@1"
+    # Every labelled row that decodes as a request: more than the test split alone.
+    assert len(model.test_records) < report["rows"] <= resolve("customers_labeled@1").num_rows
+    assert {g["group"] for g in report["by_group"]} >= {"basic", "pro"}
+    with pytest.raises(InvalidInputError, match="no label column 'label'"):
+        fairness_report(model.ref, ["plan"], dataset="customers_raw@1")
+
+
 def test_fairness_bad_input(model: Any) -> None:
-    with pytest.raises(InvalidInputError, match="'religion' not in the test rows"):
+    with pytest.raises(InvalidInputError, match="'religion' not in the rows of the test split"):
         fairness_report(model.ref, ["religion"])
     with pytest.raises(InvalidInputError, match="positive 'maybe'"):
         fairness_report(model.ref, ["country"], positive="maybe")
