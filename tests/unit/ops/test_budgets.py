@@ -129,3 +129,17 @@ def test_the_gateway_answers_429_naming_the_budget(caplog: pytest.LogCaptureFixt
     set_budget("growth", 1000.0)
     gate.refresh()
     assert client.post("/invoke", headers=auth).status_code == 200
+
+
+def test_cli_submit_over_budget_is_one_line_naming_the_budget(
+    run_job: Callable[..., dict[str, Any]], cli: Callable[..., Any], tmp_path: Any
+) -> None:
+    run_job(team="growth")
+    set_budget("growth", 1e-9, period="week")
+    spec = tmp_path / "job.yaml"
+    spec.write_text("name: more\nteam: growth\nrun: {recipe: sleep, config: {seconds: 0.1}}\n")
+    r = cli("job", "submit", spec)
+    assert r.exit_code == 4
+    assert r.stderr.count("\n") == 1
+    assert r.stderr.startswith("error: job refused: budget exceeded: team 'growth'")
+    assert "weekly budget 1e-09" in r.stderr
