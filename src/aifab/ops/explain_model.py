@@ -85,6 +85,11 @@ def _decodable(
 ) -> tuple[list[dict[str, Any]], list[str], list[dict[str, Any]]]:
     """Test rows that decode as requests (training may have imputed NULLs serving refuses)."""
     wanted = model_handler.input_columns
+    narrowed = [{c: rec.get(c) for c in wanted} for rec in records]
+    try:  # usually every row decodes: one call
+        return model_handler.decode({"records": narrowed}), list(labels), list(records)
+    except InvalidInputError:
+        pass  # find the rows that do not, one by one
     kept: list[dict[str, Any]] = []
     kept_labels: list[str] = []
     raw: list[dict[str, Any]] = []
