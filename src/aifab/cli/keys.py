@@ -36,12 +36,16 @@ def create_command(
     name: str = typer.Option("", "--name", help="A label for people (need not be unique)."),
     rate: str = typer.Option("600/min", "--rate", help=_RATE_HELP),
     token_quota: str = typer.Option("none", "--token-quota", help=_QUOTA_HELP),
+    team: str | None = typer.Option(None, "--team", help="Team charged for its traffic."),
+    project: str | None = typer.Option(None, "--project", help="Project charged for it."),
     as_json: bool = typer.Option(False, "--json", help=JSON_HELP),
 ) -> None:
     """Create a key and print its secret: it is stored hashed and cannot be shown again."""
     from aifab.serve.keys import create_key
 
-    key, secret = create_key(role, name=name, rate=rate, token_quota=token_quota)
+    key, secret = create_key(
+        role, name=name, rate=rate, token_quota=token_quota, team=team, project=project
+    )
     if as_json:
         emit({**key, "secret": secret}, True)
         return

@@ -13,6 +13,7 @@ import typer
 
 from aifab.cli import (
     audit,
+    cost,
     data,
     deploy,
     jobs,
@@ -56,6 +57,7 @@ keys.register(app)
 serve.register(app)
 app.add_typer(data.app, name="data")
 app.add_typer(audit.app, name="audit")
+cost.register(app)
 
 
 def main() -> None:

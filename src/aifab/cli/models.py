@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import typer
 
-from aifab.cli import models_export, models_zoo
+from aifab.cli import models_card, models_export, models_zoo
 from aifab.cli.output import JSON_HELP, emit, when
 
 models_app = typer.Typer(
@@ -121,4 +121,5 @@ def register(app: typer.Typer) -> None:
     """Add the ``models`` group (with ``zoo`` and ``export`` from their modules) to ``app``."""
     models_zoo.register_zoo(models_app)
     models_export.register_export(models_app)
+    models_card.register_governance(models_app, app)
     app.add_typer(models_app, name="models")

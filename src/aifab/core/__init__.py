@@ -72,8 +72,25 @@ def verify_audit(anchors: Path | None = None) -> ChainReport:
         return verify_chain(s, anchors)
 
 
-def audit_events(limit: int = 50, action: str | None = None) -> list[dict[str, Any]]:
-    """Recent audit events as dicts, newest first."""
+def audit_events(
+    limit: int = 50,
+    action: str | None = None,
+    *,
+    obj: str | None = None,
+    actor: str | None = None,
+    since: float | None = None,
+    until: float | None = None,
+) -> list[dict[str, Any]]:
+    """Recent audit events as dicts, newest first.
+
+    Args:
+        limit: at most this many.
+        action: only actions starting with this (``job.``).
+        obj: only objects starting with this (``model:churn``).
+        actor: only this actor (``key:key-...``, ``user:alice``).
+        since: only events at or after this UNIX time.
+        until: only events before this UNIX time.
+    """
     with session_scope() as s:
         return [
             {
@@ -85,5 +102,7 @@ def audit_events(limit: int = 50, action: str | None = None) -> list[dict[str, A
                 "params_digest": e.params_digest,
                 "hash": e.hash,
             }
-            for e in list_events(s, limit=limit, action=action)
+            for e in list_events(
+                s, limit=limit, action=action, obj=obj, actor=actor, since=since, until=until
+            )
         ]

@@ -247,9 +247,26 @@ def verify_chain(session: Session, anchors: Path | None = None) -> ChainReport:
     return ChainReport(ok=not problems, events=n, problems=problems)
 
 
-def list_events(session: Session, limit: int = 50, action: str | None = None) -> list[AuditEvent]:
-    """Newest events first, optionally filtered by action prefix."""
+def list_events(
+    session: Session,
+    limit: int = 50,
+    action: str | None = None,
+    *,
+    obj: str | None = None,
+    actor: str | None = None,
+    since: float | None = None,
+    until: float | None = None,
+) -> list[AuditEvent]:
+    """Newest events first, filtered by action and object prefix, exact actor and time."""
     q = select(AuditEvent).order_by(AuditEvent.id.desc()).limit(limit)
     if action:
-        q = q.where(AuditEvent.action.startswith(action))
+        q = q.where(AuditEvent.action.startswith(action, autoescape=True))
+    if obj:
+        q = q.where(AuditEvent.object.startswith(obj, autoescape=True))
+    if actor:
+        q = q.where(AuditEvent.actor == actor)
+    if since is not None:
+        q = q.where(AuditEvent.ts >= since)
+    if until is not None:
+        q = q.where(AuditEvent.ts < until)
     return list(session.scalars(q))

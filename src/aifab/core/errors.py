@@ -44,3 +44,10 @@ class IntegrityError(AifabError):
 
     http_status = 500
     exit_code = 3
+
+
+class BudgetExceededError(AifabError):
+    """A team's budget for the current period is spent: no new jobs or gateway calls."""
+
+    http_status = 429
+    exit_code = 4

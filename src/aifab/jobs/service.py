@@ -16,6 +16,7 @@ from aifab.core.config import as_config
 from aifab.core.db import session_scope
 from aifab.core.errors import ConflictError, InvalidInputError, NotFoundError
 from aifab.core.ids import new_id
+from aifab.jobs.admission import check_admission
 from aifab.jobs.detect import machine_resources
 from aifab.jobs.recipes import RECIPES
 from aifab.jobs.resources import limit_from_dict
@@ -78,6 +79,7 @@ def submit(spec: JobSpec | Path | str | Mapping[str, Any]) -> dict[str, Any]:
         )
     if job.workdir is None:
         job = job.model_copy(update={"workdir": os.getcwd()})
+    check_admission(job)
     with session_scope() as s:
         _check_fits(job, _queue(s, job.queue))
         row = JobRow(
@@ -92,6 +94,8 @@ def submit(spec: JobSpec | Path | str | Mapping[str, Any]) -> dict[str, Any]:
             reason="waiting for a scheduling cycle",
             usage={},
             submitted_at=time.time(),
+            team=job.team,
+            project=job.project,
         )
         s.add(row)
         s.flush()
@@ -119,6 +123,8 @@ def job_dict(row: JobRow) -> dict[str, Any]:
         "usage": row.usage,
         "spec": row.spec,
         "stop_request": row.stop_request,
+        "team": row.team,
+        "project": row.project,
     }
 
 

@@ -97,6 +97,8 @@ class JobSpec(StrictConfig):
     env: dict[str, str] = Field(default_factory=dict, description="Extra environment variables.")
     workdir: str | None = Field(None, description="Working directory (default: the submitter's).")
     executor: Literal["local", "ray", "volcano"] = Field("local", description="Where it runs.")
+    team: str | None = Field(None, max_length=100, description="Team charged for it (budgets).")
+    project: str | None = Field(None, max_length=100, description="Project charged for it.")
 
     @field_validator("name")
     @classmethod

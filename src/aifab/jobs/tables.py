@@ -50,6 +50,9 @@ class JobRow(Base):
     submitted_at: Mapped[float] = mapped_column(Float, nullable=False, default=time.time)
     started_at: Mapped[float | None] = mapped_column(Float)
     finished_at: Mapped[float | None] = mapped_column(Float)
+    #: Who pays for it (the cost ledger and budgets group by these).
+    team: Mapped[str | None] = mapped_column(String(100))
+    project: Mapped[str | None] = mapped_column(String(100))
 
 
 class AttemptRow(Base):

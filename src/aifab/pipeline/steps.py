@@ -32,6 +32,7 @@ STEPS = Registry(
         "train": "aifab.pipeline.train_steps:train",
         "register": "aifab.pipeline.train_steps:register",
         "deploy": "aifab.pipeline.serve_steps:deploy",
+        "card": "aifab.pipeline.card_step:card",
     },
 )
 

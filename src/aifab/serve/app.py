@@ -6,6 +6,7 @@ manager, the request logger and the key limits, and stops them on shutdown.
 
 from __future__ import annotations
 
+import asyncio
 import importlib
 import importlib.util
 import logging
@@ -29,6 +30,8 @@ _ROUTERS = (
     "aifab.serve.routes.keys",
     "aifab.serve.routes.data",
     "aifab.serve.routes.requests",
+    "aifab.serve.routes.cost",
+    "aifab.serve.routes.explain",
 )
 
 
@@ -44,6 +47,7 @@ def create_app(*, reconcile_interval_s: float = 1.0, request_log_sample: float =
         The app; serve it with uvicorn (``aifab serve`` does).
     """
     from aifab.inference.request_log import RequestLogger
+    from aifab.ops.budget import BudgetGate
     from aifab.serve.limits import RateLimiter, TokenQuota
     from aifab.serve.manager import DeploymentManager
 
@@ -57,6 +61,8 @@ def create_app(*, reconcile_interval_s: float = 1.0, request_log_sample: float =
         app.state.request_log = RequestLogger(sample_rate=request_log_sample)
         app.state.limiter = RateLimiter()
         app.state.quota = TokenQuota()
+        app.state.budget_gate = BudgetGate()
+        await asyncio.to_thread(app.state.budget_gate.refresh)
         manager = DeploymentManager(
             interval_s=reconcile_interval_s,
             on_batch=metrics.observe_batch,

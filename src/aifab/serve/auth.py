@@ -142,6 +142,11 @@ def _authorize(request: Request, secret: str | None, permissions: tuple[str, ...
         if granted == "invoke":
             quota.check(key)
         quota.add(key.id, 0, requests=1)
+    gate = getattr(request.app.state, "budget_gate", None)
+    if gate is not None and granted == "invoke":
+        over = gate.check(key.id)
+        if over is not None:
+            raise ApiError(429, f"budget exceeded: {over.message()}", code="budget_exceeded")
     principal = Principal(key.id, key.name, key.role, key)
     request.state.principal = principal
     return principal

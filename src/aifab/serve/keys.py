@@ -63,6 +63,7 @@ _PER_MINUTE = {
 }
 _NAME_RE = re.compile(r"^[\w.\- ]{0,100}$")
 _NONE = ("none", "unlimited", "")
+_LABEL_RE = re.compile(r"^[\w.\-]{1,100}$")
 
 
 @dataclass(frozen=True)
@@ -148,6 +149,8 @@ def _record(row: ApiKeyRow) -> dict[str, Any]:
         "created_at": row.created_at,
         "revoked_at": row.revoked_at,
         "last_used_at": row.last_used_at,
+        "team": row.team,
+        "project": row.project,
     }
 
 
@@ -157,6 +160,8 @@ def create_key(
     name: str = "",
     rate: str | float | None = "600/min",
     token_quota: str | int | None = None,
+    team: str | None = None,
+    project: str | None = None,
 ) -> tuple[dict[str, Any], str]:
     """Create an API key.
 
@@ -165,6 +170,8 @@ def create_key(
         name: a label for people (need not be unique).
         rate: requests per key, e.g. ``600/min`` (see :func:`parse_rate`); None: unlimited.
         token_quota: model tokens per UTC day (see :func:`parse_quota`); None: unlimited.
+        team: the team its traffic is charged to (cost ledger, budgets).
+        project: the project its traffic is charged to.
 
     Returns:
         The key's record and its secret. The secret is not stored and cannot be shown again.
@@ -179,6 +186,11 @@ def create_key(
             f"name {name!r}: up to 100 letters, digits, spaces, '.', '_' or '-'"
         )
     rate_per_min, quota = parse_rate(rate), parse_quota(token_quota)
+    for field, value in (("team", team), ("project", project)):
+        if value is not None and not _LABEL_RE.match(value):
+            raise InvalidInputError(
+                f"{field} {value!r}: 1-100 letters, digits, '.', '_' or '-' (no spaces)"
+            )
     secret = SECRET_PREFIX + secrets.token_urlsafe(32)
     with session_scope() as s:
         row = ApiKeyRow(
@@ -191,10 +203,13 @@ def create_key(
             token_quota_day=quota,
             created_by=current_actor(),
             created_at=time.time(),
+            team=team,
+            project=project,
         )
         s.add(row)
         s.flush()
         params = {"name": row.name, "role": role, "rate_per_min": rate_per_min, "quota": quota}
+        params.update({"team": team, "project": project})
         record_event(s, "key.create", f"key:{row.id}", params)
         return _record(row), secret
 

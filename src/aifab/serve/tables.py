@@ -30,6 +30,9 @@ class ApiKeyRow(Base):
     created_at: Mapped[float] = mapped_column(Float, nullable=False, default=time.time)
     revoked_at: Mapped[float | None] = mapped_column(Float)
     last_used_at: Mapped[float | None] = mapped_column(Float)
+    #: Who pays for its traffic (the cost ledger and budgets group by these).
+    team: Mapped[str | None] = mapped_column(String(100))
+    project: Mapped[str | None] = mapped_column(String(100))
 
 
 class KeyUsageRow(Base):
