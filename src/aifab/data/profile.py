@@ -73,6 +73,9 @@ def _column_exprs(name: str, kind: str, exact: bool) -> list[str]:
         fin = f"FILTER (WHERE isfinite({x}))"
         qs = ", ".join(str(q) for q in QUANTILES)
         exprs += [
+            # NaN and ±inf are counted, and left out of every statistic below.
+            f"count(*) FILTER (WHERE isnan({x}))",
+            f"count(*) FILTER (WHERE isinf({x}))",
             f"min({x}) {fin}",
             f"max({x}) {fin}",
             f"avg({x}) {fin}",
@@ -88,8 +91,10 @@ def _column_exprs(name: str, kind: str, exact: bool) -> list[str]:
 
 def _stats(kind: str, values: list[Any]) -> dict[str, Any]:
     if kind == "numeric":
-        lo, hi, mean, std, quants = values
+        nan, inf, lo, hi, mean, std, quants = values
         return {
+            "nan": int(nan),
+            "inf": int(inf),
             "min": _clean(lo),
             "max": _clean(hi),
             "mean": _clean(mean),
@@ -113,11 +118,22 @@ def _histograms(con: duckdb.DuckDBPyConnection, rel: str, cols: dict[str, Any]) 
     exprs = []
     for name, col in numeric:
         x = f"CAST({sql_ident(name)} AS DOUBLE)"
-        lo, width = col["min"], (col["max"] - col["min"]) / HISTOGRAM_BINS or 1.0
-        col["histogram"] = {"edges": [lo + i * width for i in range(HISTOGRAM_BINS + 1)]}
+        # Dividing first keeps the width finite when max - min overflows a DOUBLE.
+        lo, hi = col["min"], col["max"]
+        width = hi / HISTOGRAM_BINS - lo / HISTOGRAM_BINS or 1.0
+        steps = range(HISTOGRAM_BINS + 1)
+        # Interpolated, not lo + i * width, so no edge overflows to inf either.
+        edges = (
+            [lo + i * width for i in steps]
+            if hi == lo
+            else [lo * (1 - i / HISTOGRAM_BINS) + hi * (i / HISTOGRAM_BINS) for i in steps]
+        )
+        col["histogram"] = {"edges": edges}
+        # CASE, not FILTER: the bin expression is evaluated before FILTER drops a row, and
+        # casting a NaN bin to INTEGER fails; a NULL bin is simply not counted.
         exprs.append(
-            f"histogram(least(CAST(floor(({x} - {lo!r}) / {width!r}) AS INTEGER), "
-            f"{HISTOGRAM_BINS - 1})) FILTER (WHERE isfinite({x}))"
+            f"histogram(CASE WHEN isfinite({x}) THEN least(CAST(floor(({x} / {width!r}) - "
+            f"({lo!r} / {width!r})) AS INTEGER), {HISTOGRAM_BINS - 1}) END)"
         )
     row = con.execute(f"SELECT {', '.join(exprs)} FROM {rel}").fetchall()[0]
     for (_, col), counts in zip(numeric, row, strict=True):
