@@ -1,0 +1,376 @@
+"""CSV/TSV files read by DuckDB so that no row is lost or changed without being counted.
+
+DuckDB sniffs the dialect, header and types. Integer and DOUBLE columns are then read as text
+and cast by checked expressions: a value the sniffed type would round (``1.5`` in a BIGINT
+column, past the sniffing sample) or convert inexactly (a 20-digit id into a DOUBLE) stops the
+copy, and the column is widened (integer -> HUGEINT or DOUBLE -> VARCHAR) before reading again.
+Rows missing trailing fields are padded with nulls (counted), unless ``strict``; lines that
+still fail are quarantined with their line numbers.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field, replace
+from decimal import Decimal, InvalidOperation
+from functools import partial
+from pathlib import Path
+
+import duckdb
+
+from aifab.core.errors import InvalidInputError
+from aifab.data import lake
+from aifab.data.quarantine import QuarantineItem
+from aifab.data.sources.csv_diagnose import diagnose, refuse_if_few_kept
+from aifab.data.sources.options import IngestOptions
+from aifab.data.sources.staged import Staged
+
+_INTEGERS = frozenset(
+    {"TINYINT", "SMALLINT", "INTEGER", "BIGINT", "HUGEINT", "UTINYINT", "USMALLINT"}
+    | {"UINTEGER", "UBIGINT", "UHUGEINT"}
+)
+_MARK = "aifab-widen"
+_MARK_RE = re.compile(_MARK + r":(\d+):(.*)", re.DOTALL)
+_INT_RE = r"'^\s*[+-]?[0-9]+\s*$'"
+#: Integers beyond 2**53 are not exact in a DOUBLE.
+_EXACT_DOUBLE_INT = 2**53
+_SHOWN_LINES = 10
+_MAX_PASSES = 12
+
+
+@dataclass
+class _Plan:
+    """How the next read treats the file: its sniffed dialect, padding and column types."""
+
+    dialect: list[str]
+    types: list[tuple[str, str]]
+    padding: bool = False
+    widened: dict[str, str] = field(default_factory=dict)
+    #: The rejects table of the pass that found rows missing fields (before padding).
+    padded_from: str = ""
+
+    @property
+    def header(self) -> bool:
+        """Whether the first (non-comment) line holds the column names."""
+        return "header=true" in self.dialect
+
+    def but(self, **changes: object) -> _Plan:
+        """A copy with ``changes``."""
+        return replace(self, **changes)  # type: ignore[arg-type]
+
+
+def _auto_args(
+    path: Path, fmt: str, opts: IngestOptions, padding: bool, header: bool | None = None
+) -> str:
+    """``read_csv`` arguments that let DuckDB sniff, constrained by the user's options."""
+    args = [lake.sql_string(str(path)), f"sample_size={opts.sample_size}"]
+    header = opts.header if opts.header is not None else header
+    if header is not None:
+        args.append(f"header={str(header).lower()}")
+    delim = opts.delimiter or ("\t" if fmt == "tsv" else None)
+    named = {"delim": delim, "quote": opts.quote, "escape": opts.escape, "comment": opts.comment}
+    args += [f"{k}={lake.sql_string(v)}" for k, v in named.items() if v is not None]
+    return ", ".join(args + _read_args(opts) + [f"null_padding={str(padding).lower()}"])
+
+
+def _read_args(opts: IngestOptions) -> list[str]:
+    """Arguments that change how values are read, not how the dialect is sniffed."""
+    args = []
+    if opts.decimal != ".":
+        args.append(f"decimal_separator={lake.sql_string(opts.decimal)}")
+    if opts.max_line_size:
+        args.append(f"max_line_size={opts.max_line_size}")
+    return args
+
+
+def _plan_args(path: Path, opts: IngestOptions, plan: _Plan, table: str) -> str:
+    """``read_csv`` arguments of one pass: the sniffed dialect, our types, rejects kept."""
+    types = {n: "VARCHAR" if _checked(t) else plan.widened.get(n, t) for n, t in _types(plan)}
+    columns = ", ".join(f"{lake.sql_string(n)}: {lake.sql_string(t)}" for n, t in types.items())
+    args = [
+        lake.sql_string(str(path)),
+        "auto_detect=false",
+        *plan.dialect,
+        *_read_args(opts),
+        f"null_padding={str(plan.padding).lower()}",
+        f"store_rejects=true, rejects_table='{table}', rejects_scan='{table}_scan'",
+        f"columns={{{columns}}}",
+    ]
+    return f"read_csv({', '.join(args)})"
+
+
+def _types(plan: _Plan) -> list[tuple[str, str]]:
+    return [(n, plan.widened.get(n, t)) for n, t in plan.types]
+
+
+def _checked(col_type: str) -> bool:
+    return col_type in _INTEGERS or col_type == "DOUBLE"
+
+
+def _lossy_double(c: str) -> str:
+    """SQL: the text ``c`` has more significant digits than a DOUBLE keeps."""
+    return (
+        f"(length(replace(regexp_extract({c}, '[1-9][0-9.]*'), '.', '')) > 17 OR "
+        f"(regexp_full_match({c}, {_INT_RE}) AND "
+        f"abs(TRY_CAST(trim({c}) AS HUGEINT)) > {_EXACT_DOUBLE_INT}))"
+    )
+
+
+def _expr(i: int, name: str, col_type: str, opts: IngestOptions) -> str:
+    """The select expression of column ``i``: checked casts for integer and DOUBLE columns."""
+    c = lake.sql_ident(name)
+    if not _checked(col_type):
+        return c
+    stop = f"error('{_MARK}:{i}:' || {c})"
+    if col_type in _INTEGERS:
+        cast = f"TRY_CAST(trim({c}) AS {col_type})"
+        ok = f"regexp_full_match({c}, {_INT_RE})"
+    else:
+        text = f"replace({c}, ',', '.')" if opts.decimal == "," else c
+        cast = f"TRY_CAST(trim({text}) AS DOUBLE)"
+        ok = f"NOT {_lossy_double(text)}"
+    return (
+        f"CASE WHEN {c} IS NULL THEN NULL WHEN {ok} THEN coalesce({cast}, {stop}) "
+        f"ELSE {stop} END AS {c}"
+    )
+
+
+def _wider(current: str, value: str, decimal: str) -> str:
+    """The narrowest type at least as wide as ``current`` that holds ``value`` exactly."""
+    text = value.strip().replace(",", ".") if decimal == "," else value.strip()
+    if re.fullmatch(r"[+-]?[0-9]+", text):
+        if current in _INTEGERS and abs(int(text)) < 2**127:
+            return "HUGEINT"
+        return "DOUBLE" if abs(int(text)) <= _EXACT_DOUBLE_INT else "VARCHAR"
+    try:
+        number = Decimal(text)
+    except InvalidOperation:
+        return "VARCHAR"
+    exact = number.is_finite() and len(number.as_tuple().digits) <= 17
+    return "DOUBLE" if exact or number.is_nan() or number.is_infinite() else "VARCHAR"
+
+
+def _sniff(
+    con: duckdb.DuckDBPyConnection,
+    path: Path,
+    fmt: str,
+    opts: IngestOptions,
+    padding: bool,
+    header: bool | None = None,
+) -> _Plan:
+    """DuckDB's sniffed dialect and column types; every later pass reads with exactly these."""
+    auto = _auto_args(path, fmt, opts, padding, header)
+    types = [
+        (r[0], r[1]) for r in con.execute(f"DESCRIBE SELECT * FROM read_csv({auto})").fetchall()
+    ]
+    delim, quote, escape, newline, comment, skip, header, dates, stamps = con.execute(
+        "SELECT Delimiter, Quote, Escape, NewLineDelimiter, Comment, SkipRows, HasHeader, "
+        f"DateFormat, TimestampFormat FROM sniff_csv({auto})"
+    ).fetchall()[0]
+    given = {
+        "delim": delim,
+        "quote": quote,
+        "escape": escape,
+        "new_line": newline,
+        "comment": comment,
+        "dateformat": dates,
+        "timestampformat": stamps,
+    }
+    dialect = [
+        f"{k}={lake.sql_string('' if v == '(empty)' else v)}"
+        for k, v in given.items()
+        if v is not None
+    ]
+    dialect += [f"skip={int(skip)}", f"header={str(bool(header)).lower()}"]
+    return _Plan(dialect, types, padding)
+
+
+def _first_plan(con: duckdb.DuckDBPyConnection, path: Path, fmt: str, opts: IngestOptions) -> _Plan:
+    """The sniffed plan; on a ragged file, the one DuckDB finds when it may pad rows.
+
+    Rows of unequal length can make the strict sniffer settle for one column, or take a
+    header narrower than its rows for a short data row.
+    """
+    plan = _sniff(con, path, fmt, opts, padding=False)
+    padded = _sniff(con, path, fmt, opts, padding=True)
+    one_column = len(plan.types) <= 1 < len(padded.types)
+    lost_header = opts.header is None and padded.header and not plan.header
+    if not (one_column or lost_header):
+        return plan
+    # Columns past the header that DuckDB named itself come from over-long rows; they stay
+    # rejected unless most rows are that wide (see _next_plan).
+    types = list(padded.types)
+    if padded.header:
+        while len(types) > 1 and types[-1][0] == f"column{len(types) - 1}":
+            types.pop()
+    return padded.but(padding=False, types=types)
+
+
+def _rejects(con: duckdb.DuckDBPyConnection, table: str) -> dict[str, set[int]]:
+    """Rejected line numbers per error type of one pass."""
+    out: dict[str, set[int]] = {}
+    for kind, line in con.execute(f"SELECT DISTINCT error_type, line FROM {table}").fetchall():
+        out.setdefault(str(kind), set()).add(int(line))
+    return out
+
+
+def _cast_columns(con: duckdb.DuckDBPyConnection, table: str) -> set[str]:
+    rows = con.execute(f"SELECT DISTINCT column_name FROM {table} WHERE error_type = 'CAST'")
+    return {str(r[0]) for r in rows.fetchall() if r[0] is not None}
+
+
+def _next_plan(
+    con: duckdb.DuckDBPyConnection,
+    plan: _Plan,
+    table: str,
+    kept: int,
+    rewiden: Callable[[bool], _Plan],
+) -> _Plan | None:
+    """The plan of another pass that keeps more rows, or ``None`` when this one is final."""
+    found = _rejects(con, table)
+    wide = len(found.get("TOO MANY COLUMNS", ()))
+    if wide and wide >= kept and not plan.padded_from:
+        # Most rows are wider than the header: let DuckDB name the extra columns.
+        return rewiden(plan.header).but(padding=True, padded_from=table, widened=plan.widened)
+    if not plan.padding and "MISSING COLUMNS" in found:
+        return plan.but(padding=True, padded_from=table)
+    cast = {n for n in _cast_columns(con, table) if plan.widened.get(n) != "VARCHAR"}
+    if not cast:
+        return None
+    return plan.but(widened={**plan.widened, **dict.fromkeys(cast, "VARCHAR")})
+
+
+def _read(
+    con: duckdb.DuckDBPyConnection,
+    path: Path,
+    opts: IngestOptions,
+    plan: _Plan,
+    table: str,
+    copy: Callable[[str], None],
+) -> _Plan | None:
+    """One pass; return the plan of the next pass when a column had to be widened."""
+    types = _types(plan)
+    exprs = ", ".join(_expr(i, n, t, opts) for i, (n, t) in enumerate(types))
+    try:
+        copy(f"SELECT {exprs} FROM {_plan_args(path, opts, plan, table)}")
+    except duckdb.Error as exc:
+        found = _MARK_RE.search(str(exc))
+        if found is None:
+            raise
+        name, current = types[int(found.group(1))]
+        value = found.group(2).splitlines()[0] if found.group(2) else ""
+        if opts.strict:
+            raise InvalidInputError(
+                f"column {name!r} holds {value!r}, which is not {current} (the type sniffed "
+                f"from the first {opts.sample_size} rows); drop --strict to widen the type, or "
+                "pass --sample-size -1"
+            ) from None
+        wider = _wider(current, value, opts.decimal)
+        return plan.but(widened={**plan.widened, name: wider})
+    return None
+
+
+def _reject_items(
+    con: duckdb.DuckDBPyConnection, table: str, source: str
+) -> Iterator[QuarantineItem]:
+    """One quarantine item per rejected line (of several errors on a line, the leftmost)."""
+    cur = con.execute(
+        "SELECT line, any_value(csv_line), "
+        "arg_min(CAST(error_type AS VARCHAR), coalesce(column_idx, 0)), "
+        "arg_min(error_message, coalesce(column_idx, 0)) "
+        f"FROM {table} GROUP BY line ORDER BY line"
+    )
+    while rows := cur.fetchmany(5000):
+        for line, text, error_type, message in rows:
+            rule = "csv." + str(error_type).lower().replace(" ", "_")
+            yield QuarantineItem(
+                rule=rule,
+                reason=str(message),
+                line=int(line),
+                record={"source": source, "csv_line": text},
+            )
+
+
+def _count(con: duckdb.DuckDBPyConnection, sql: str) -> int:
+    return int(con.execute(sql).fetchall()[0][0])
+
+
+def pq_rows(path: Path) -> int:
+    """Rows in a Parquet file, from its footer."""
+    import pyarrow.parquet as pq
+
+    return int(pq.read_metadata(path).num_rows)
+
+
+def _passes(
+    con: duckdb.DuckDBPyConnection,
+    path: Path,
+    fmt: str,
+    opts: IngestOptions,
+    copy: Callable[[str], None],
+    dest: Path,
+) -> tuple[_Plan, str]:
+    """Read until no pass can keep more rows; return the last plan and its rejects table."""
+    plan: _Plan | None = _first_plan(con, path, fmt, opts)
+    rewiden = partial(_sniff, con, path, fmt, opts, True)
+    passes = 0
+    while plan is not None:
+        passes += 1
+        table, final = f"aifab_rejects_{passes}", plan
+        plan = _read(con, path, opts, plan, table, copy)
+        if plan is None and not opts.strict and passes < _MAX_PASSES:
+            plan = _next_plan(con, final, table, pq_rows(dest), rewiden)
+    return final, table
+
+
+def stage_csv(
+    con: duckdb.DuckDBPyConnection,
+    path: Path,
+    fmt: str,
+    opts: IngestOptions,
+    dest: Path,
+    copy: Callable[[str], None],
+    source: str,
+) -> Staged:
+    """Copy the CSV/TSV ``path`` (UTF-8 text) into ``dest``, widening and padding as needed.
+
+    Args:
+        con: the DuckDB connection.
+        path: the file to read (already UTF-8: see :mod:`text_decode`).
+        fmt: ``csv`` or ``tsv``.
+        opts: the ingest options.
+        dest: the staged Parquet file.
+        copy: runs ``COPY (select) TO dest`` (with or without a progress bar).
+        source: the original file, recorded with quarantined lines.
+
+    Raises:
+        InvalidInputError: a file DuckDB cannot read (with its cause and the option that
+            fixes it), or one that keeps too few of its rows.
+    """
+    try:
+        final, table = _passes(con, path, fmt, opts, copy, dest)
+    except duckdb.Error as exc:
+        raise diagnose(exc, source, path, fmt, opts) from None
+    rows = pq_rows(dest)
+    rejected = _count(con, f"SELECT count(DISTINCT line) FROM {table}")
+    padded = 0
+    if final.padded_from:
+        padded = _count(
+            con,
+            f"SELECT count(DISTINCT line) FROM {final.padded_from} WHERE error_type = "
+            f"'MISSING COLUMNS' AND line NOT IN (SELECT line FROM {table})",
+        )
+    refuse_if_few_kept(con, source, path, fmt, opts, rows, rejected, table)
+    details: dict[str, object] = {"format": fmt, "columns": len(final.types)}
+    if padded:
+        details["padded"] = padded
+    if final.widened:
+        details["widened"] = dict(final.widened)
+    staged = Staged(dest, source, "file", details)
+    staged.rejected = rejected
+    if rejected:
+        first = con.execute(f"SELECT DISTINCT line FROM {table} ORDER BY line LIMIT {_SHOWN_LINES}")
+        staged.rejected_lines = tuple(int(r[0]) for r in first.fetchall())
+        staged.rejects = _reject_items(con, table, source)
+    return staged
