@@ -120,7 +120,9 @@ def _stage(
     if kind in ("docs", "images"):
         from aifab.data.sources import folders
 
-        return (folders.stage_documents if kind == "docs" else folders.stage_images)(path, dest)
+        if kind == "docs":
+            return folders.stage_documents(path, dest, opts.encoding)
+        return folders.stage_images(path, dest)
     from aifab.data.sources.files import stage_file
 
     return stage_file(con, path, opts, dest, progress=progress)

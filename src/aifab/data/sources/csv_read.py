@@ -22,6 +22,7 @@ import duckdb
 from aifab.core.errors import InvalidInputError
 from aifab.data import lake
 from aifab.data.quarantine import QuarantineItem
+from aifab.data.sources import csv_quotes
 from aifab.data.sources.csv_diagnose import diagnose, refuse_if_few_kept
 from aifab.data.sources.options import IngestOptions
 from aifab.data.sources.staged import Staged
@@ -192,9 +193,12 @@ def _first_plan(con: duckdb.DuckDBPyConnection, path: Path, fmt: str, opts: Inge
     Rows of unequal length can make the strict sniffer settle for one column, or take a
     header narrower than its rows for a short data row.
     """
-    plan = _sniff(con, path, fmt, opts, padding=False)
     padded = _sniff(con, path, fmt, opts, padding=True)
-    one_column = len(plan.types) <= 1 < len(padded.types)
+    try:
+        plan = _sniff(con, path, fmt, opts, padding=False)
+    except duckdb.Error:
+        plan = padded.but(types=[])  # the strict sniffer found no dialect at all
+    one_column = len(plan.types) <= 1 < len(padded.types) or not plan.types
     lost_header = opts.header is None and padded.header and not plan.header
     if not (one_column or lost_header):
         return plan
@@ -324,6 +328,36 @@ def _passes(
     return final, table
 
 
+def _stray_quotes(
+    con: duckdb.DuckDBPyConnection, path: Path, fmt: str, opts: IngestOptions
+) -> bool:
+    """Whether the sniffer gave up quoting although the file quotes fields (a stray quote)."""
+    if opts.quote is not None or opts.strict:
+        return False
+    auto = _auto_args(path, fmt, opts, padding=True)
+    quote = con.execute(f"SELECT Quote FROM sniff_csv({auto})").fetchall()[0][0]
+    return quote in ("", "(empty)") and csv_quotes.has_quoted_fields(path)
+
+
+def _without_unbalanced_lines(
+    con: duckdb.DuckDBPyConnection,
+    path: Path,
+    fmt: str,
+    opts: IngestOptions,
+    dest: Path,
+    copy: Callable[[str], None],
+    source: str,
+) -> Staged:
+    clean = lake.staging_path(".csv")
+    try:
+        bad, removed = csv_quotes.split_unbalanced(path, clean, source)
+        quoted = opts.model_copy(update={"quote": '"'})
+        staged = stage_csv(con, clean, fmt, quoted, dest, copy, source)
+    finally:
+        clean.unlink(missing_ok=True)
+    return csv_quotes.merge(staged, bad, removed)
+
+
 def stage_csv(
     con: duckdb.DuckDBPyConnection,
     path: Path,
@@ -349,6 +383,8 @@ def stage_csv(
             fixes it), or one that keeps too few of its rows.
     """
     try:
+        if _stray_quotes(con, path, fmt, opts):
+            return _without_unbalanced_lines(con, path, fmt, opts, dest, copy, source)
         final, table = _passes(con, path, fmt, opts, copy, dest)
     except duckdb.Error as exc:
         raise diagnose(exc, source, path, fmt, opts) from None

@@ -28,7 +28,9 @@ def _column_type(values: list[Any]) -> Any:
     if kinds <= {int}:
         return pa.int64() if kinds else pa.string()
     if kinds <= {int, float}:
-        return pa.float64()
+        # Excel keeps every number as a double: whole numbers come back as 1.0.
+        whole = all(float(v).is_integer() for v in values if isinstance(v, int | float))
+        return pa.int64() if whole else pa.float64()
     if kinds <= {datetime, date}:
         return pa.timestamp("us") if datetime in kinds else pa.date32()
     if kinds <= {time}:
@@ -47,6 +49,8 @@ def _cell(value: Any, kind: Any) -> Any:
         return str(value)
     if kind == pa.float64():
         return float(value)
+    if kind == pa.int64():
+        return int(value)
     return value
 
 
