@@ -123,6 +123,15 @@ def test_hex_ids_and_long_numbers_stay_exact(tmp_path: Path) -> None:
     assert [r[:2] for r in rows("ids")] == list(zip(ids, big, strict=True))
 
 
+def test_json_numbers_a_double_cannot_hold_stay_text(tmp_path: Path) -> None:
+    lines = [{"id": 123456789012345678901234, "v": 1.5}, {"id": 7, "v": 2.5}]
+    src = write(tmp_path / "ids.jsonl", "".join(json.dumps(x) + "\n" for x in lines))
+    r = ingest("jids", src)
+    assert types("jids") == {"id": "VARCHAR", "v": "DOUBLE"}
+    assert rows("jids") == [("123456789012345678901234", 1.5), ("7", 2.5)]
+    assert r.details["widened"] == {"id": "VARCHAR"}
+
+
 # 4. rows that omit trailing empty fields
 
 
@@ -207,6 +216,9 @@ def test_stray_quote_keeps_valid_quoted_rows_and_quarantines_the_broken_one(
     assert (r.rows, r.rejected, r.rejected_lines) == (7, 1, (8,))
     (bad,) = list_quarantine("quotes")
     assert "quote" in bad["reason"]
+    # With the quote given, DuckDB's sniffer fails; the error names the line and the fix.
+    with pytest.raises(InvalidInputError, match=r"line 8 has an unbalanced quote.*--quote ''"):
+        ingest("quotes2", src, options={"quote": '"', "delimiter": ","})
 
 
 def test_over_long_field_names_the_option_that_reads_it(tmp_path: Path) -> None:

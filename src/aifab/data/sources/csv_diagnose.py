@@ -89,10 +89,10 @@ def diagnose(
         )
     if "sniffing file" in text or "unterminated quote" in text:
         quote = opts.quote or '"'
-        line = unbalanced_quote_line(path, quote) if quote else None
-        if line is not None:
+        odd = unbalanced_quote_line(path, quote) if quote else None
+        if odd is not None:
             return InvalidInputError(
-                f"{source}: line {line} has an unbalanced quote ({quote}); pass --quote '' to "
+                f"{source}: line {odd} has an unbalanced quote ({quote}); pass --quote '' to "
                 "read quotes as text, or --escape if quotes inside fields are escaped"
             )
         return InvalidInputError(

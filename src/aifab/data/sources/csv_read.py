@@ -32,7 +32,7 @@ _INTEGERS = frozenset(
     | {"UINTEGER", "UBIGINT", "UHUGEINT"}
 )
 _MARK = "aifab-widen"
-_MARK_RE = re.compile(_MARK + r":(\d+):(.*)", re.DOTALL)
+WIDEN_MARK = re.compile(_MARK + r":(\d+):(.*)", re.DOTALL)
 _INT_RE = r"'^\s*[+-]?[0-9]+\s*$'"
 #: Integers beyond 2**53 are not exact in a DOUBLE.
 _EXACT_DOUBLE_INT = 2**53
@@ -118,8 +118,12 @@ def _lossy_double(c: str) -> str:
     )
 
 
-def _expr(i: int, name: str, col_type: str, opts: IngestOptions) -> str:
-    """The select expression of column ``i``: checked casts for integer and DOUBLE columns."""
+def checked_expr(i: int, name: str, col_type: str, opts: IngestOptions) -> str:
+    """The select expression of column ``i`` (read as text): a checked cast to ``col_type``.
+
+    Integer and DOUBLE columns stop the query with a :data:`WIDEN_MARK` error naming ``i`` and
+    the value that the type would round or hold inexactly; other types pass through.
+    """
     c = lake.sql_ident(name)
     if not _checked(col_type):
         return c
@@ -137,7 +141,7 @@ def _expr(i: int, name: str, col_type: str, opts: IngestOptions) -> str:
     )
 
 
-def _wider(current: str, value: str, decimal: str) -> str:
+def wider_type(current: str, value: str, decimal: str = ".") -> str:
     """The narrowest type at least as wide as ``current`` that holds ``value`` exactly."""
     text = value.strip().replace(",", ".") if decimal == "," else value.strip()
     if re.fullmatch(r"[+-]?[0-9]+", text):
@@ -255,11 +259,11 @@ def _read(
 ) -> _Plan | None:
     """One pass; return the plan of the next pass when a column had to be widened."""
     types = _types(plan)
-    exprs = ", ".join(_expr(i, n, t, opts) for i, (n, t) in enumerate(types))
+    exprs = ", ".join(checked_expr(i, n, t, opts) for i, (n, t) in enumerate(types))
     try:
         copy(f"SELECT {exprs} FROM {_plan_args(path, opts, plan, table)}")
     except duckdb.Error as exc:
-        found = _MARK_RE.search(str(exc))
+        found = WIDEN_MARK.search(str(exc))
         if found is None:
             raise
         name, current = types[int(found.group(1))]
@@ -270,7 +274,7 @@ def _read(
                 f"from the first {opts.sample_size} rows); drop --strict to widen the type, or "
                 "pass --sample-size -1"
             ) from None
-        wider = _wider(current, value, opts.decimal)
+        wider = wider_type(current, value, opts.decimal)
         return plan.but(widened={**plan.widened, name: wider})
     return None
 

@@ -17,6 +17,7 @@ import duckdb
 from aifab.core.errors import InvalidInputError, first_line
 from aifab.data import lake
 from aifab.data.quarantine import QuarantineItem
+from aifab.data.sources.csv_read import WIDEN_MARK, checked_expr, wider_type
 from aifab.data.sources.options import IngestOptions
 from aifab.data.sources.staged import Staged, refuse_share
 
@@ -26,20 +27,62 @@ _MAX_RECORD = 1000
 _MAX_OBJECT = 16 * 1024 * 1024
 
 
-def _reader(path: Path, fmt: str, opts: IngestOptions) -> str:
+def _reader(path: Path, fmt: str, opts: IngestOptions, columns: str = "") -> str:
     # The whole file by default: a sampled type silently rounds later values (1.5 -> 2).
     sample = opts.sample_size if "sample_size" in opts.model_fields_set else -1
     p = lake.sql_string(str(path))
+    extra = f", {columns}" if columns else ""
     if fmt == "jsonl":
-        return f"read_json({p}, format='newline_delimited', sample_size={sample})"
+        return f"read_json({p}, format='newline_delimited', sample_size={sample}{extra})"
     if not opts.records_field:
-        return f"read_json({p}, format='auto', sample_size={sample})"
+        return f"read_json({p}, format='auto', sample_size={sample}{extra})"
     size = max(_MAX_OBJECT, path.stat().st_size + 1)
     field = ".".join(lake.sql_ident(part) for part in opts.records_field.split("."))
     return (
         f"(SELECT __r.* FROM (SELECT unnest({field}) AS __r FROM read_json({p}, "
         f"format='auto', records=true, maximum_object_size={size}, sample_size={sample})))"
     )
+
+
+def _columns_sql(types: list[tuple[str, str]]) -> str:
+    pairs = ", ".join(f"{lake.sql_string(n)}: {lake.sql_string(t)}" for n, t in types)
+    return f"columns={{{pairs}}}"
+
+
+def _copy_exact(
+    con: duckdb.DuckDBPyConnection,
+    path: Path,
+    fmt: str,
+    opts: IngestOptions,
+    copy: Callable[[str], None],
+) -> dict[str, str]:
+    """Copy the file; DOUBLE columns are read as text and cast checked (20-digit ids stay text).
+
+    Returns:
+        The columns widened to another type than the one DuckDB inferred.
+    """
+    reader = _reader(path, fmt, opts)
+    if fmt == "json" and opts.records_field:
+        copy(f"SELECT * FROM {reader}")
+        return {}
+    types = [(r[0], r[1]) for r in con.execute(f"DESCRIBE SELECT * FROM {reader}").fetchall()]
+    if not any(t == "DOUBLE" for _, t in types):
+        copy(f"SELECT * FROM {reader}")
+        return {}
+    widened: dict[str, str] = {}
+    while True:
+        final = [(n, widened.get(n, t)) for n, t in types]
+        text = [(n, "VARCHAR" if t == "DOUBLE" else t) for n, t in final]
+        exprs = ", ".join(checked_expr(i, n, t, opts) for i, (n, t) in enumerate(final))
+        try:
+            copy(f"SELECT {exprs} FROM {_reader(path, fmt, opts, _columns_sql(text))}")
+            return widened
+        except duckdb.Error as exc:
+            found = WIDEN_MARK.search(str(exc))
+            if found is None:
+                raise
+            name, current = final[int(found.group(1))]
+            widened[name] = wider_type(current, found.group(2).splitlines()[0])
 
 
 def split_bad_lines(path: Path, good: Path) -> list[QuarantineItem]:
@@ -94,10 +137,11 @@ def stage_json(
             of which too few lines are valid JSON.
     """
     bad: list[QuarantineItem] = []
+    widened: dict[str, str] = {}
     read = path
     try:
         try:
-            copy(f"SELECT * FROM {_reader(read, fmt, opts)}")
+            widened = _copy_exact(con, read, fmt, opts, copy)
         except duckdb.Error as exc:
             if fmt != "jsonl" or "Malformed JSON" not in str(exc):
                 raise
@@ -107,7 +151,7 @@ def stage_json(
             why = f"{len(bad)} malformed JSON lines (line {bad[0].line}: {bad[0].reason})"
             refuse_share(str(path), kept, len(bad), opts.min_kept_share, why)
             if kept:
-                copy(f"SELECT * FROM {_reader(read, fmt, opts)}")
+                widened = _copy_exact(con, read, fmt, opts, copy)
     except duckdb.Error as exc:
         if fmt == "json":
             raise _records_error(exc, path, opts) from None
@@ -122,6 +166,8 @@ def stage_json(
     details: dict[str, object] = {"format": fmt}
     if opts.records_field and fmt == "json":
         details["records_field"] = opts.records_field
+    if widened:
+        details["widened"] = widened
     staged = Staged(dest, str(path), "file", details, rejected=len(bad), rejects=bad)
     staged.rejected_lines = tuple(b.line for b in bad[:_SHOWN_LINES] if b.line is not None)
     return staged
