@@ -112,9 +112,11 @@ def _checked(col_type: str) -> bool:
 def _lossy_double(c: str) -> str:
     """SQL: the text ``c`` has more significant digits than a DOUBLE keeps."""
     return (
+        # Cheap length test first: only long texts can carry 18+ significant digits.
+        f"(length({c}) > 15 AND "
         f"(length(replace(regexp_extract({c}, '[1-9][0-9.]*'), '.', '')) > 17 OR "
         f"(regexp_full_match({c}, {_INT_RE}) AND "
-        f"abs(TRY_CAST(trim({c}) AS HUGEINT)) > {_EXACT_DOUBLE_INT}))"
+        f"abs(TRY_CAST(trim({c}) AS HUGEINT)) > {_EXACT_DOUBLE_INT})))"
     )
 
 
@@ -130,7 +132,8 @@ def checked_expr(i: int, name: str, col_type: str, opts: IngestOptions) -> str:
     stop = f"error('{_MARK}:{i}:' || {c})"
     if col_type in _INTEGERS:
         cast = f"TRY_CAST(trim({c}) AS {col_type})"
-        ok = f"regexp_full_match({c}, {_INT_RE})"
+        # A decimal point, exponent or hex prefix: the cast would round or reinterpret it.
+        ok = f"NOT regexp_matches({c}, '[.eExX]')"
     else:
         text = f"replace({c}, ',', '.')" if opts.decimal == "," else c
         cast = f"TRY_CAST(trim({text}) AS DOUBLE)"
@@ -166,13 +169,11 @@ def _sniff(
 ) -> _Plan:
     """DuckDB's sniffed dialect and column types; every later pass reads with exactly these."""
     auto = _auto_args(path, fmt, opts, padding, header)
-    types = [
-        (r[0], r[1]) for r in con.execute(f"DESCRIBE SELECT * FROM read_csv({auto})").fetchall()
-    ]
-    delim, quote, escape, newline, comment, skip, header, dates, stamps = con.execute(
+    delim, quote, escape, newline, comment, skip, header, dates, stamps, columns = con.execute(
         "SELECT Delimiter, Quote, Escape, NewLineDelimiter, Comment, SkipRows, HasHeader, "
-        f"DateFormat, TimestampFormat FROM sniff_csv({auto})"
+        f"DateFormat, TimestampFormat, Columns FROM sniff_csv({auto})"
     ).fetchall()[0]
+    types = [(c["name"], c["type"]) for c in columns]
     given = {
         "delim": delim,
         "quote": quote,
@@ -197,15 +198,17 @@ def _first_plan(con: duckdb.DuckDBPyConnection, path: Path, fmt: str, opts: Inge
     Rows of unequal length can make the strict sniffer settle for one column, or take a
     header narrower than its rows for a short data row.
     """
-    padded = _sniff(con, path, fmt, opts, padding=True)
     try:
         plan = _sniff(con, path, fmt, opts, padding=False)
     except duckdb.Error:
-        plan = padded.but(types=[])  # the strict sniffer found no dialect at all
-    one_column = len(plan.types) <= 1 < len(padded.types) or not plan.types
-    lost_header = opts.header is None and padded.header and not plan.header
-    if not (one_column or lost_header):
+        plan = None  # the strict sniffer found no dialect at all
+    if plan is not None and len(plan.types) > 1 and (plan.header or opts.header is not None):
         return plan
+    padded = _sniff(con, path, fmt, opts, padding=True)
+    if plan is not None:
+        one_column = len(plan.types) <= 1 < len(padded.types)
+        if not (one_column or padded.header):
+            return plan
     # Columns past the header that DuckDB named itself come from over-long rows; they stay
     # rejected unless most rows are that wide (see _next_plan).
     types = list(padded.types)
@@ -318,9 +321,10 @@ def _passes(
     opts: IngestOptions,
     copy: Callable[[str], None],
     dest: Path,
+    first: _Plan,
 ) -> tuple[_Plan, str]:
     """Read until no pass can keep more rows; return the last plan and its rejects table."""
-    plan: _Plan | None = _first_plan(con, path, fmt, opts)
+    plan: _Plan | None = first
     rewiden = partial(_sniff, con, path, fmt, opts, True)
     passes = 0
     while plan is not None:
@@ -332,15 +336,11 @@ def _passes(
     return final, table
 
 
-def _stray_quotes(
-    con: duckdb.DuckDBPyConnection, path: Path, fmt: str, opts: IngestOptions
-) -> bool:
+def _stray_quotes(plan: _Plan, path: Path, opts: IngestOptions) -> bool:
     """Whether the sniffer gave up quoting although the file quotes fields (a stray quote)."""
-    if opts.quote is not None or opts.strict:
+    if opts.quote is not None or opts.strict or "quote=''" not in plan.dialect:
         return False
-    auto = _auto_args(path, fmt, opts, padding=True)
-    quote = con.execute(f"SELECT Quote FROM sniff_csv({auto})").fetchall()[0][0]
-    return quote in ("", "(empty)") and csv_quotes.has_quoted_fields(path)
+    return csv_quotes.has_quoted_fields(path)
 
 
 def _without_unbalanced_lines(
@@ -387,9 +387,10 @@ def stage_csv(
             fixes it), or one that keeps too few of its rows.
     """
     try:
-        if _stray_quotes(con, path, fmt, opts):
+        first = _first_plan(con, path, fmt, opts)
+        if _stray_quotes(first, path, opts):
             return _without_unbalanced_lines(con, path, fmt, opts, dest, copy, source)
-        final, table = _passes(con, path, fmt, opts, copy, dest)
+        final, table = _passes(con, path, fmt, opts, copy, dest, first)
     except duckdb.Error as exc:
         raise diagnose(exc, source, path, fmt, opts) from None
     rows = pq_rows(dest)
