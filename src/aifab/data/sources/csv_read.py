@@ -1,9 +1,10 @@
 """CSV/TSV files read by DuckDB so that no row is lost or changed without being counted.
 
-DuckDB sniffs the dialect, header and types. Integer and DOUBLE columns are then read as text
-and cast by checked expressions: a value the sniffed type would round (``1.5`` in a BIGINT
-column, past the sniffing sample) or convert inexactly (a 20-digit id into a DOUBLE) stops the
-copy, and the column is widened (integer -> HUGEINT or DOUBLE -> VARCHAR) before reading again.
+DuckDB sniffs the dialect, header and types. Integer columns are then read as text and cast by
+checked expressions: a value the sniffed type would round (``1.5`` in a BIGINT column, past the
+sniffing sample) stops the copy, and the column is widened (to HUGEINT, DOUBLE or VARCHAR)
+before reading again. DOUBLE columns holding a whole number beyond 2**53 are re-read as text,
+so that one with more digits than a DOUBLE keeps (a 20-digit id) becomes VARCHAR.
 Rows missing trailing fields are padded with nulls (counted), unless ``strict``; lines that
 still fail are quarantined with their line numbers.
 """
@@ -50,6 +51,12 @@ class _Plan:
     widened: dict[str, str] = field(default_factory=dict)
     #: The rejects table of the pass that found rows missing fields (before padding).
     padded_from: str = ""
+    #: DOUBLE columns read as text, because a value may have more digits than a DOUBLE holds.
+    text_doubles: frozenset[str] = frozenset()
+
+    def as_text(self, name: str, col_type: str) -> bool:
+        """Whether column ``name`` is read as text and cast by a checked expression."""
+        return col_type in _INTEGERS or (col_type == "DOUBLE" and name in self.text_doubles)
 
     @property
     def header(self) -> bool:
@@ -87,7 +94,7 @@ def _read_args(opts: IngestOptions) -> list[str]:
 
 def _plan_args(path: Path, opts: IngestOptions, plan: _Plan, table: str) -> str:
     """``read_csv`` arguments of one pass: the sniffed dialect, our types, rejects kept."""
-    types = {n: "VARCHAR" if _checked(t) else plan.widened.get(n, t) for n, t in _types(plan)}
+    types = {n: "VARCHAR" if plan.as_text(n, t) else t for n, t in _types(plan)}
     columns = ", ".join(f"{lake.sql_string(n)}: {lake.sql_string(t)}" for n, t in types.items())
     args = [
         lake.sql_string(str(path)),
@@ -120,16 +127,23 @@ def _lossy_double(c: str) -> str:
     )
 
 
-def checked_expr(i: int, name: str, col_type: str, opts: IngestOptions) -> str:
-    """The select expression of column ``i`` (read as text): a checked cast to ``col_type``.
+def checked_expr(
+    i: int, name: str, col_type: str, opts: IngestOptions, as_text: bool = True
+) -> str:
+    """The select expression of column ``i``: a checked cast to ``col_type`` of its text.
 
     Integer and DOUBLE columns stop the query with a :data:`WIDEN_MARK` error naming ``i`` and
-    the value that the type would round or hold inexactly; other types pass through.
+    the value that the type would round or hold inexactly; other types pass through. A DOUBLE
+    column read as a DOUBLE (``as_text=False``, much cheaper) stops on a whole number beyond
+    2**53, the one sign that its text may have had more digits than a DOUBLE keeps.
     """
     c = lake.sql_ident(name)
     if not _checked(col_type):
         return c
     stop = f"error('{_MARK}:{i}:' || {c})"
+    if not as_text:
+        big = f"isfinite({c}) AND abs({c}) >= {_EXACT_DOUBLE_INT} AND {c} = trunc({c})"
+        return f"CASE WHEN {big} THEN {stop} ELSE {c} END AS {c}"
     if col_type in _INTEGERS:
         cast = f"TRY_CAST(trim({c}) AS {col_type})"
         # A decimal point, exponent or hex prefix: the cast would round or reinterpret it.
@@ -262,7 +276,9 @@ def _read(
 ) -> _Plan | None:
     """One pass; return the plan of the next pass when a column had to be widened."""
     types = _types(plan)
-    exprs = ", ".join(checked_expr(i, n, t, opts) for i, (n, t) in enumerate(types))
+    exprs = ", ".join(
+        checked_expr(i, n, t, opts, plan.as_text(n, t)) for i, (n, t) in enumerate(types)
+    )
     try:
         copy(f"SELECT {exprs} FROM {_plan_args(path, opts, plan, table)}")
     except duckdb.Error as exc:
@@ -271,6 +287,9 @@ def _read(
             raise
         name, current = types[int(found.group(1))]
         value = found.group(2).splitlines()[0] if found.group(2) else ""
+        if not plan.as_text(name, current):
+            # Read this DOUBLE column as text next time, to see the digits it really has.
+            return plan.but(text_doubles=plan.text_doubles | {name})
         if opts.strict:
             raise InvalidInputError(
                 f"column {name!r} holds {value!r}, which is not {current} (the type sniffed "
