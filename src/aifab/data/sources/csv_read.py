@@ -11,10 +11,8 @@ still fail are quarantined with their line numbers.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
-from decimal import Decimal, InvalidOperation
 from functools import partial
 from pathlib import Path
 
@@ -25,18 +23,10 @@ from aifab.data import lake
 from aifab.data.quarantine import QuarantineItem
 from aifab.data.sources import csv_quotes
 from aifab.data.sources.csv_diagnose import diagnose, refuse_if_few_kept
+from aifab.data.sources.exact_casts import INTEGERS, WIDEN_MARK, checked_expr, wider_type
 from aifab.data.sources.options import IngestOptions
 from aifab.data.sources.staged import Staged
 
-_INTEGERS = frozenset(
-    {"TINYINT", "SMALLINT", "INTEGER", "BIGINT", "HUGEINT", "UTINYINT", "USMALLINT"}
-    | {"UINTEGER", "UBIGINT", "UHUGEINT"}
-)
-_MARK = "aifab-widen"
-WIDEN_MARK = re.compile(_MARK + r":(\d+):(.*)", re.DOTALL)
-_INT_RE = r"'^\s*[+-]?[0-9]+\s*$'"
-#: Integers beyond 2**53 are not exact in a DOUBLE.
-_EXACT_DOUBLE_INT = 2**53
 _SHOWN_LINES = 10
 _MAX_PASSES = 12
 
@@ -56,7 +46,7 @@ class _Plan:
 
     def as_text(self, name: str, col_type: str) -> bool:
         """Whether column ``name`` is read as text and cast by a checked expression."""
-        return col_type in _INTEGERS or (col_type == "DOUBLE" and name in self.text_doubles)
+        return col_type in INTEGERS or (col_type == "DOUBLE" and name in self.text_doubles)
 
     @property
     def header(self) -> bool:
@@ -110,67 +100,6 @@ def _plan_args(path: Path, opts: IngestOptions, plan: _Plan, table: str) -> str:
 
 def _types(plan: _Plan) -> list[tuple[str, str]]:
     return [(n, plan.widened.get(n, t)) for n, t in plan.types]
-
-
-def _checked(col_type: str) -> bool:
-    return col_type in _INTEGERS or col_type == "DOUBLE"
-
-
-def _lossy_double(c: str) -> str:
-    """SQL: the text ``c`` has more significant digits than a DOUBLE keeps."""
-    return (
-        # Cheap length test first: only long texts can carry 18+ significant digits.
-        f"(length({c}) > 15 AND "
-        f"(length(replace(regexp_extract({c}, '[1-9][0-9.]*'), '.', '')) > 17 OR "
-        f"(regexp_full_match({c}, {_INT_RE}) AND "
-        f"abs(TRY_CAST(trim({c}) AS HUGEINT)) > {_EXACT_DOUBLE_INT})))"
-    )
-
-
-def checked_expr(
-    i: int, name: str, col_type: str, opts: IngestOptions, as_text: bool = True
-) -> str:
-    """The select expression of column ``i``: a checked cast to ``col_type`` of its text.
-
-    Integer and DOUBLE columns stop the query with a :data:`WIDEN_MARK` error naming ``i`` and
-    the value that the type would round or hold inexactly; other types pass through. A DOUBLE
-    column read as a DOUBLE (``as_text=False``, much cheaper) stops on a whole number beyond
-    2**53, the one sign that its text may have had more digits than a DOUBLE keeps.
-    """
-    c = lake.sql_ident(name)
-    if not _checked(col_type):
-        return c
-    stop = f"error('{_MARK}:{i}:' || {c})"
-    if not as_text:
-        big = f"isfinite({c}) AND abs({c}) >= {_EXACT_DOUBLE_INT} AND {c} = trunc({c})"
-        return f"CASE WHEN {big} THEN {stop} ELSE {c} END AS {c}"
-    if col_type in _INTEGERS:
-        cast = f"TRY_CAST(trim({c}) AS {col_type})"
-        # A decimal point, exponent or hex prefix: the cast would round or reinterpret it.
-        ok = f"NOT regexp_matches({c}, '[.eExX]')"
-    else:
-        text = f"replace({c}, ',', '.')" if opts.decimal == "," else c
-        cast = f"TRY_CAST(trim({text}) AS DOUBLE)"
-        ok = f"NOT {_lossy_double(text)}"
-    return (
-        f"CASE WHEN {c} IS NULL THEN NULL WHEN {ok} THEN coalesce({cast}, {stop}) "
-        f"ELSE {stop} END AS {c}"
-    )
-
-
-def wider_type(current: str, value: str, decimal: str = ".") -> str:
-    """The narrowest type at least as wide as ``current`` that holds ``value`` exactly."""
-    text = value.strip().replace(",", ".") if decimal == "," else value.strip()
-    if re.fullmatch(r"[+-]?[0-9]+", text):
-        if current in _INTEGERS and abs(int(text)) < 2**127:
-            return "HUGEINT"
-        return "DOUBLE" if abs(int(text)) <= _EXACT_DOUBLE_INT else "VARCHAR"
-    try:
-        number = Decimal(text)
-    except InvalidOperation:
-        return "VARCHAR"
-    exact = number.is_finite() and len(number.as_tuple().digits) <= 17
-    return "DOUBLE" if exact or number.is_nan() or number.is_infinite() else "VARCHAR"
 
 
 def _sniff(
@@ -430,7 +359,7 @@ def stage_csv(
     staged = Staged(dest, source, "file", details)
     staged.rejected = rejected
     if rejected:
-        first = con.execute(f"SELECT DISTINCT line FROM {table} ORDER BY line LIMIT {_SHOWN_LINES}")
-        staged.rejected_lines = tuple(int(r[0]) for r in first.fetchall())
+        shown = con.execute(f"SELECT DISTINCT line FROM {table} ORDER BY line LIMIT {_SHOWN_LINES}")
+        staged.rejected_lines = tuple(int(r[0]) for r in shown.fetchall())
         staged.rejects = _reject_items(con, table, source)
     return staged

@@ -17,7 +17,7 @@ import duckdb
 from aifab.core.errors import InvalidInputError, first_line
 from aifab.data import lake
 from aifab.data.quarantine import QuarantineItem
-from aifab.data.sources.csv_read import WIDEN_MARK, checked_expr, wider_type
+from aifab.data.sources.exact_casts import WIDEN_MARK, checked_expr, wider_type
 from aifab.data.sources.options import IngestOptions
 from aifab.data.sources.staged import Staged, refuse_share
 
