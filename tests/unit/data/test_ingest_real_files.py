@@ -216,6 +216,10 @@ def test_stray_quote_keeps_valid_quoted_rows_and_quarantines_the_broken_one(
     assert (r.rows, r.rejected, r.rejected_lines) == (7, 1, (8,))
     (bad,) = list_quarantine("quotes")
     assert "quote" in bad["reason"]
+    # The same file gzipped.
+    gz = write(tmp_path / "q.csv.gz", gzip.compress(src.read_bytes()))
+    assert ingest("quotes_gz", gz).rejected_lines == (8,)
+    assert rows("quotes_gz") == got
     # With the quote given, DuckDB's sniffer fails; the error names the line and the fix.
     with pytest.raises(InvalidInputError, match=r"line 8 has an unbalanced quote.*--quote ''"):
         ingest("quotes2", src, options={"quote": '"', "delimiter": ","})

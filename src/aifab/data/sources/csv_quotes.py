@@ -10,12 +10,14 @@ quarantined too: such a file needs ``--quote '"'`` given explicitly.
 
 from __future__ import annotations
 
+import gzip
 import re
 from bisect import bisect_right
 from collections.abc import Iterable, Iterator
 from dataclasses import replace
 from itertools import chain
 from pathlib import Path
+from typing import TextIO
 
 from aifab.data.quarantine import QuarantineItem
 from aifab.data.sources.staged import Staged
@@ -26,10 +28,17 @@ _SHOWN_LINES = 10
 _QUOTED_FIELD = re.compile(r'(^|[,;\t|])"[^"]*[,;\t|][^"]*"([,;\t|]|\r?$)')
 
 
+def _open(path: Path, errors: str = "strict") -> TextIO:
+    """``path`` as UTF-8 text, gunzipped on the fly for ``.gz`` files."""
+    if path.suffix.lower() == ".gz":
+        return gzip.open(path, "rt", encoding="utf-8", errors=errors, newline="")
+    return path.open("r", encoding="utf-8", errors=errors, newline="")
+
+
 def has_quoted_fields(path: Path) -> bool:
     """Whether the first lines hold both a quoted field with a delimiter and an odd quote."""
     quoted = odd = False
-    with path.open("r", encoding="utf-8", errors="replace", newline="") as fh:
+    with _open(path, "replace") as fh:
         for number, line in enumerate(fh, 1):
             quoted = quoted or bool(_QUOTED_FIELD.search(line.rstrip("\n")))
             odd = odd or line.count('"') % 2 == 1
@@ -45,10 +54,7 @@ def split_unbalanced(path: Path, good: Path, source: str) -> tuple[list[Quaranti
         The quarantine items of the unbalanced lines and their (1-based) line numbers.
     """
     bad: list[QuarantineItem] = []
-    with (
-        path.open("r", encoding="utf-8", newline="") as fin,
-        good.open("w", encoding="utf-8", newline="") as fout,
-    ):
+    with _open(path) as fin, good.open("w", encoding="utf-8", newline="") as fout:
         for number, line in enumerate(fin, 1):
             if line.count('"') % 2 == 0:
                 fout.write(line)
