@@ -1,10 +1,14 @@
-"""Ingest a large CSV: aifab (DuckDB COPY -> staged Parquet -> catalog) vs pandas chunks -> pyarrow.
+"""Ingest benchmarks: a large CSV, a wide table and a set of messy files, aifab vs baselines.
 
-Generates a synthetic CSV of ``--size-mb`` (numeric, string and date columns, written in chunks),
-then runs each tool in its own child process on the same file and reports rows/s, wall seconds
-and the child's peak RSS (from ``os.wait4``'s rusage, so each figure belongs to one child).
+``big``: a synthetic CSV of ``--size-mb`` (numeric, string and date columns), aifab (DuckDB COPY
+-> staged Parquet -> catalog) vs pandas chunks -> pyarrow, each in its own child process: rows/s,
+wall seconds and the child's peak RSS (``os.wait4``'s rusage, so each figure is one child's).
+``wide``: ``--wide-cols`` x ``--wide-rows`` (2,000 x 10,000), aifab ingest then profile vs
+pandas ``read_csv`` + ``describe``: seconds and peak RSS per phase (goal <= 30 s, <= 2 GB).
+``messy``: the shapes of ``ingest_shapes.py``; every row must be kept (padded), quarantined or
+refused with the file, counted against pandas and DuckDB read with default options.
 
-    python bench/ingest.py --size-mb 200 --out /tmp/bench-ingest
+    python bench/ingest.py --parts big,wide,messy --size-mb 200 --out /tmp/bench-ingest
 """
 
 from __future__ import annotations
@@ -88,17 +92,8 @@ def run_child(args: list[str], env: dict[str, str]) -> dict[str, float]:
     return {**result, "wall_s": wall, "peak_rss_mb": usage.ru_maxrss / 1024}
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__)
-    ap.add_argument("--size-mb", type=int, default=1024, help="CSV size to generate.")
-    ap.add_argument("--out", type=Path, default=None, help="Work dir (kept); default a temp dir.")
-    ap.add_argument("--memory-limit", default="512MB", help="aifab's DuckDB memory limit.")
-    ap.add_argument("--threads", type=int, default=None, help="DuckDB threads (default all).")
-    ap.add_argument("--chunksize", type=int, default=200_000, help="pandas rows per chunk.")
-    args = ap.parse_args()
-
-    work = args.out or Path(tempfile.mkdtemp(prefix="aifab-bench-ingest-"))
-    work.mkdir(parents=True, exist_ok=True)
+def bench_big(args: argparse.Namespace, work: Path) -> None:
+    """The large-CSV comparison (rows/s and peak RSS)."""
     csv = work / f"synthetic_{args.size_mb}mb.csv"
     try:
         if not csv.exists():
@@ -131,8 +126,7 @@ def main() -> None:
             dict(os.environ),
         )
     finally:
-        if args.out is None:
-            shutil.rmtree(work, ignore_errors=True)
+        (work / "pandas.parquet").unlink(missing_ok=True)
 
     print(
         f"\nCSV {args.size_mb} MB; aifab DuckDB memory_limit={args.memory_limit}, "
@@ -149,6 +143,38 @@ def main() -> None:
         f"peak RSS x{aifab['peak_rss_mb'] / base['peak_rss_mb']:.2f}; "
         f"aifab RSS under 1 GB: {aifab['peak_rss_mb'] < 1024}"
     )
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--parts", default="big,wide,messy", help="Which benchmarks to run.")
+    ap.add_argument("--size-mb", type=int, default=1024, help="CSV size to generate.")
+    ap.add_argument("--out", type=Path, default=None, help="Work dir (kept); default a temp dir.")
+    ap.add_argument("--memory-limit", default="512MB", help="aifab's DuckDB memory limit.")
+    ap.add_argument("--threads", type=int, default=None, help="DuckDB threads (default all).")
+    ap.add_argument("--chunksize", type=int, default=200_000, help="pandas rows per chunk.")
+    ap.add_argument("--wide-cols", type=int, default=2000, help="Columns of the wide table.")
+    ap.add_argument("--wide-rows", type=int, default=10_000, help="Rows of the wide table.")
+    ap.add_argument(
+        "--profile-timeout", type=float, default=120.0, help="Seconds before a phase is cut off."
+    )
+    args = ap.parse_args()
+
+    from ingest_wide_messy import bench_messy, bench_wide
+
+    work = args.out or Path(tempfile.mkdtemp(prefix="aifab-bench-ingest-"))
+    work.mkdir(parents=True, exist_ok=True)
+    parts = {p.strip() for p in args.parts.split(",")}
+    try:
+        if "big" in parts:
+            bench_big(args, work)
+        if "wide" in parts:
+            bench_wide(args, work)
+        if "messy" in parts:
+            bench_messy(args, work)
+    finally:
+        if args.out is None:
+            shutil.rmtree(work, ignore_errors=True)
 
 
 if __name__ == "__main__":

@@ -35,12 +35,29 @@ def _options(options_file: Path | None, flags: dict[str, Any]) -> dict[str, Any]
     return {**base, **{k: v for k, v in flags.items() if v is not None and v != {}}}
 
 
+def _facts(details: dict[str, Any]) -> str:
+    """Lines on what the ingest changed or left out besides rejected lines."""
+    out = ""
+    if details.get("encoding"):
+        out += f"\nread as {details['encoding']} text"
+    if details.get("padded"):
+        out += f"\npadded {details['padded']} short row(s) with nulls (--strict rejects them)"
+    for column, kind in (details.get("widened") or {}).items():
+        out += f"\ncolumn {column!r} widened to {kind} (a value did not fit the sniffed type)"
+    if details.get("skipped"):
+        names = ", ".join(details.get("skipped_files", []))
+        more = ", ..." if details["skipped"] > len(details.get("skipped_files", [])) else ""
+        out += f"\nskipped {details['skipped']} file(s) not of the folder's kind: {names}{more}"
+    return out
+
+
 def _summary(result: Any) -> str:
     v = result.version
     if result.created:
         text = f"ingested {result.rows} rows into {v.ref} from {v.source}"
     else:
         text = f"{v.ref} already holds this content ({result.rows} rows): no new version"
+    text += _facts(result.details)
     if result.rejected:
         shown = ", ".join(str(n) for n in result.rejected_lines)
         more = ", ..." if result.rejected > len(result.rejected_lines) else ""
@@ -64,13 +81,32 @@ def register(app: typer.Typer) -> None:
         api: bool = typer.Option(False, "--api", help="SOURCE is a paginated JSON REST API."),
         crawl: bool = typer.Option(False, "--crawl", help="SOURCE is a file of URLs to crawl."),
         kind: str = typer.Option("auto", help="auto, file, docs, images, url, api or crawl."),
-        fmt: str | None = typer.Option(None, "--format", help="csv, tsv, jsonl, json, parquet."),
+        fmt: str | None = typer.Option(
+            None, "--format", help="csv, tsv, jsonl, json, parquet, xlsx, arrow."
+        ),
         delimiter: str | None = typer.Option(None, help="CSV delimiter (default sniffed)."),
         header: bool | None = typer.Option(
-            None, "--header/--no-header", help="CSV has a header line (default yes)."
+            None, "--header/--no-header", help="CSV has a header line (default sniffed)."
         ),
         sample_size: int | None = typer.Option(None, help="Rows sampled for types (-1: all)."),
-        records_field: str | None = typer.Option(None, help="API: dotted path of the records."),
+        comment: str | None = typer.Option(None, help="CSV comment prefix, e.g. '#'."),
+        quote: str | None = typer.Option(None, help="CSV quote character ('' for none)."),
+        escape: str | None = typer.Option(None, help="CSV escape character."),
+        decimal: str | None = typer.Option(None, help="CSV decimal separator: '.' or ','."),
+        max_line_size: int | None = typer.Option(None, help="Longest CSV line in bytes."),
+        encoding: str | None = typer.Option(
+            None, help="Text encoding of CSVs/documents (default: BOM, charset, UTF-8)."
+        ),
+        strict: bool | None = typer.Option(
+            None, "--strict/--no-strict", help="Quarantine short rows; never widen types."
+        ),
+        min_kept_share: float | None = typer.Option(
+            None, help="Fail when under this share of rows is kept (default 0.5)."
+        ),
+        sheet: str | None = typer.Option(None, help="Excel sheet (default the first)."),
+        records_field: str | None = typer.Option(
+            None, help="API or JSON file: dotted path of the records."
+        ),
         next_field: str | None = typer.Option(None, help="API: dotted path of the next URL."),
         page_param: str | None = typer.Option(None, help="API: page number query parameter."),
         start_page: int | None = typer.Option(None, help="API: first page number (default 1)."),
@@ -106,6 +142,15 @@ def register(app: typer.Typer) -> None:
             "delimiter": delimiter,
             "header": header,
             "sample_size": sample_size,
+            "comment": comment,
+            "quote": quote,
+            "escape": escape,
+            "decimal": decimal,
+            "max_line_size": max_line_size,
+            "encoding": encoding,
+            "strict": strict,
+            "min_kept_share": min_kept_share,
+            "sheet": sheet,
             "records_field": records_field,
             "next_field": next_field,
             "page_param": page_param,

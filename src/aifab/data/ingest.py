@@ -120,7 +120,9 @@ def _stage(
     if kind in ("docs", "images"):
         from aifab.data.sources import folders
 
-        return (folders.stage_documents if kind == "docs" else folders.stage_images)(path, dest)
+        if kind == "docs":
+            return folders.stage_documents(path, dest, opts.encoding)
+        return folders.stage_images(path, dest)
     from aifab.data.sources.files import stage_file
 
     return stage_file(con, path, opts, dest, progress=progress)
@@ -138,20 +140,23 @@ def ingest(
 
     Args:
         name: the dataset (created on first ingest).
-        source: a csv/tsv/jsonl/json/parquet file, a folder of documents or images, an
-            http(s) URL of such a file, an API URL (``kind="api"``) or a file of URLs to crawl
-            (``kind="crawl"``).
+        source: a csv/tsv/jsonl/json/parquet/xlsx/feather/arrow file, a folder of documents
+            or images, an http(s) URL of such a file, an API URL (``kind="api"``) or a file of
+            URLs to crawl (``kind="crawl"``).
         kind: ``auto`` (from the source), ``file``, ``docs``, ``images``, ``url``, ``api`` or
             ``crawl``.
         options: :class:`IngestOptions` as an instance, a mapping or a YAML path.
         progress: show a progress bar on stderr while a file is copied.
 
     Returns:
-        The version (an existing one when the content is identical), its row count and how
-        many input lines were rejected into the quarantine.
+        The version (an existing one when the content is identical), its row count, how
+        many input lines were rejected into the quarantine, and details such as how many
+        short rows were padded, which columns were widened and which folder files skipped.
 
     Raises:
-        InvalidInputError: bad options, unknown format, empty folder, unparseable content.
+        InvalidInputError: bad options, unknown format, empty folder, unparseable content,
+            binary content, or a file of which under ``min_kept_share`` of the rows is kept
+            (nothing is committed then).
         NotFoundError: a missing file or folder, an unreachable URL.
     """
     check_name(name)

@@ -134,6 +134,14 @@ def _stats(kind: str, values: list[Any]) -> dict[str, Any]:
     return {}
 
 
+def _edges(lo: float, hi: float, width: float) -> list[float]:
+    """Bin edges; interpolated, not ``lo + i * width``, so none overflows on a +-1.7e308 range."""
+    steps = range(HISTOGRAM_BINS + 1)
+    if hi == lo:
+        return [lo + i * width for i in steps]
+    return [lo * (1 - i / HISTOGRAM_BINS) + hi * (i / HISTOGRAM_BINS) for i in steps]
+
+
 def _histograms(
     con: duckdb.DuckDBPyConnection, projected: str, cols: list[tuple[int, dict[str, Any]]]
 ) -> None:
@@ -152,7 +160,7 @@ def _histograms(
         lo, hi = float(col["min"]), float(col["max"])
         width = hi / HISTOGRAM_BINS - lo / HISTOGRAM_BINS or 1.0  # finite even for +-1.7e308
         col["histogram"] = {
-            "edges": [lo + i * width for i in range(HISTOGRAM_BINS + 1)],
+            "edges": _edges(lo, hi, width),
             "counts": [0] * HISTOGRAM_BINS,
         }
         scaled = f"(__f{j} / 2.0 - {lo / 2!r}) / {width / 2!r}"

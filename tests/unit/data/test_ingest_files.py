@@ -79,10 +79,16 @@ def test_malformed_csv_lines_are_quarantined_with_line_numbers(tmp_path: Path) -
         tmp_path / "bad.csv",
         "k,v\n1,x\n2,y,EXTRA\n3,z\n4\n5,w\n",  # line 3: too many columns, line 5: too few
     )
+    # Line 5 is padded with a null (counted); line 3 is quarantined.
     r = ingest("bad", src)
-    assert (r.rows, r.rejected, r.rejected_lines) == (3, 2, (3, 5))
-    assert rows("bad") == [(1, "x"), (3, "z"), (5, "w")]
-    q = sorted(list_quarantine("bad", stage="ingest"), key=lambda d: d["line"])
+    assert (r.rows, r.rejected, r.rejected_lines) == (4, 1, (3,))
+    assert r.details["padded"] == 1
+    assert rows("bad") == [(1, "x"), (3, "z"), (4, None), (5, "w")]
+    # --strict quarantines the short line too, as before.
+    s = ingest("strict", src, options={"strict": True})
+    assert (s.rows, s.rejected, s.rejected_lines) == (3, 2, (3, 5))
+    assert rows("strict") == [(1, "x"), (3, "z"), (5, "w")]
+    q = sorted(list_quarantine("strict", stage="ingest"), key=lambda d: d["line"])
     assert [(d["line"], d["rule"]) for d in q] == [
         (3, "csv.too_many_columns"),
         (5, "csv.missing_columns"),
@@ -91,8 +97,8 @@ def test_malformed_csv_lines_are_quarantined_with_line_numbers(tmp_path: Path) -
     assert q[1]["version_id"] is None
     # Re-ingesting the same file gives the same version and does not quarantine twice.
     again = ingest("bad", src)
-    assert (again.created, again.version.id, again.rejected) == (False, r.version.id, 2)
-    assert len(list_quarantine("bad")) == 2
+    assert (again.created, again.version.id, again.rejected) == (False, r.version.id, 1)
+    assert len(list_quarantine("bad")) == 1
 
 
 def test_reingest_identical_content_returns_existing_version(tmp_path: Path) -> None:
@@ -168,8 +174,9 @@ def test_bad_inputs_raise_one_clear_error(tmp_path: Path, workspace: Path) -> No
     (tmp_path / "empty_dir").mkdir()
     with pytest.raises(InvalidInputError, match="empty_dir: no text, markdown, html or image"):
         ingest("x", tmp_path / "empty_dir")
-    with pytest.raises(InvalidInputError, match=r"bad.jsonl: cannot read as jsonl: .*Malformed"):
-        ingest("x", write(tmp_path / "bad.jsonl", '{"a": 1}\n{"a": \n'))
+    # Malformed JSONL lines are quarantined, but a file that keeps under half its rows fails.
+    with pytest.raises(InvalidInputError, match=r"bad.jsonl: kept 1 of 3 rows .*line 2"):
+        ingest("x", write(tmp_path / "bad.jsonl", '{"a": 1}\n{"a": \n{"a" 3}\n'))
     with pytest.raises(InvalidInputError, match="max_pages: Input should be greater"):
         ingest("x", write(tmp_path / "ok.csv", CSV), options={"max_pages": 0})
     with pytest.raises(InvalidInputError, match="colour: unknown key"):

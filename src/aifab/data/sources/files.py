@@ -1,21 +1,21 @@
-"""Tabular files (csv, tsv, jsonl, json, parquet) streamed by DuckDB into a staged Parquet file.
+"""Tabular files (csv, tsv, jsonl, json, parquet, xlsx, arrow) staged as one Parquet file.
 
-The file never passes through Python: one ``COPY (SELECT * FROM read_csv(...)) TO ...`` runs
-with DuckDB's memory cap, so a file larger than RAM ingests in bounded memory. Malformed CSV
-lines are collected by ``store_rejects`` and handed back as quarantine items with line numbers.
+Text formats never pass through Python row by row: ``COPY (SELECT ... FROM read_csv(...)) TO``
+runs with DuckDB's memory cap, so a file larger than RAM ingests in bounded memory (see
+:mod:`csv_read` and :mod:`json_read` for how rows are kept, padded or quarantined).
 """
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import duckdb
 
 from aifab.core.errors import InvalidInputError, NotFoundError, first_line
 from aifab.data import lake
-from aifab.data.quarantine import QuarantineItem
+from aifab.data.sources import text_decode
 from aifab.data.sources.options import FileFormat, IngestOptions
 from aifab.data.sources.staged import Staged
 
@@ -29,10 +29,13 @@ EXTENSIONS: dict[str, FileFormat] = {
     ".json": "json",
     ".parquet": "parquet",
     ".pq": "parquet",
+    ".xlsx": "xlsx",
+    ".xlsm": "xlsx",
+    ".feather": "arrow",
+    ".arrow": "arrow",
+    ".ipc": "arrow",
 }
 _COMPRESSION = (".gz", ".zst")
-#: How many rejected line numbers a result lists (all of them go to the quarantine).
-_SHOWN_LINES = 10
 _POLL_SECONDS = 0.1
 
 
@@ -45,22 +48,32 @@ def format_of(name: str) -> FileFormat | None:
     return EXTENSIONS.get(Path(lower).suffix)
 
 
-def _reader_sql(path: Path, fmt: FileFormat, opts: IngestOptions) -> str:
-    p = lake.sql_string(str(path))
-    if fmt in ("csv", "tsv"):
-        delim = opts.delimiter or ("\t" if fmt == "tsv" else None)
-        args = [
-            f"header={str(opts.header).lower()}",
-            f"sample_size={opts.sample_size}",
-            "store_rejects=true",
-        ]
-        if delim is not None:
-            args.append(f"delim={lake.sql_string(delim)}")
-        return f"read_csv({p}, {', '.join(args)})"
-    if fmt in ("jsonl", "json"):
-        layout = "newline_delimited" if fmt == "jsonl" else "auto"
-        return f"read_json({p}, format='{layout}', sample_size={opts.sample_size})"
-    return f"read_parquet({p})"
+def _text_file(path: Path, opts: IngestOptions) -> tuple[Path, str | None]:
+    """The UTF-8 file DuckDB should read for ``path``, and the encoding it was converted from.
+
+    A BOM or ``--encoding`` other than UTF-8 gives a transcoded copy in the workspace's
+    ``tmp/``; binary content is refused instead of read as garbage.
+
+    Raises:
+        InvalidInputError: binary content, or text that is not UTF-8 without an encoding given.
+    """
+    if path.name.lower().endswith(_COMPRESSION):
+        return path, None  # DuckDB decompresses; the bytes on disk say nothing about the text
+    with path.open("rb") as fh:
+        head = fh.read(text_decode.HEAD_BYTES)
+    enc = text_decode.check_encoding(opts.encoding) if opts.encoding else None
+    enc = enc or text_decode.bom_encoding(head)
+    if enc in (None, "utf-8", "utf-8-sig"):
+        at = text_decode.binary_offset(head)
+        if at is not None:
+            raise InvalidInputError(
+                f"{path}: not text: binary byte 0x{head[at]:02x} at byte {at} (a compressed or "
+                "binary file, or UTF-16 without a BOM: pass --encoding utf-16-le)"
+            )
+        return path, None
+    out = lake.staging_path(".csv")
+    text_decode.transcode(path, out, enc)
+    return out, enc
 
 
 def _run_copy(con: duckdb.DuckDBPyConnection, sql: str, dest: Path, label: str) -> None:
@@ -98,23 +111,34 @@ def _run_copy(con: duckdb.DuckDBPyConnection, sql: str, dest: Path, label: str) 
         raise failure[0]
 
 
-def _reject_items(con: duckdb.DuckDBPyConnection, path: Path) -> Iterator[QuarantineItem]:
-    """One quarantine item per rejected line (of several errors on a line, the leftmost)."""
-    cur = con.execute(
-        "SELECT line, any_value(csv_line), "
-        "arg_min(CAST(error_type AS VARCHAR), coalesce(column_idx, 0)), "
-        "arg_min(error_message, coalesce(column_idx, 0)) "
-        "FROM reject_errors GROUP BY line ORDER BY line"
-    )
-    while rows := cur.fetchmany(5000):
-        for line, text, error_type, message in rows:
-            rule = "csv." + str(error_type).lower().replace(" ", "_")
-            yield QuarantineItem(
-                rule=rule,
-                reason=str(message),
-                line=int(line),
-                record={"source": str(path), "csv_line": text},
-            )
+def _copier(
+    con: duckdb.DuckDBPyConnection, dest: Path, label: str, progress: bool
+) -> Callable[[str], None]:
+    """A function that copies a SELECT into ``dest``, with a progress bar when asked."""
+    if progress:
+        return lambda sql: _run_copy(con, sql, dest, label)
+    return lambda sql: lake.copy_to_parquet(con, sql, dest)
+
+
+def _stage_csv(
+    con: duckdb.DuckDBPyConnection,
+    path: Path,
+    fmt: FileFormat,
+    opts: IngestOptions,
+    dest: Path,
+    copy: Callable[[str], None],
+) -> Staged:
+    from aifab.data.sources.csv_read import stage_csv
+
+    text, encoding = _text_file(path, opts)
+    try:
+        staged = stage_csv(con, text, fmt, opts, dest, copy, str(path))
+    finally:
+        if text != path:
+            text.unlink(missing_ok=True)
+    if encoding:
+        staged.details["encoding"] = encoding
+    return staged
 
 
 def stage_file(
@@ -151,22 +175,19 @@ def stage_file(
         )
     if path.stat().st_size == 0:
         raise InvalidInputError(f"{path}: file is empty")
-    sql = f"SELECT * FROM {_reader_sql(path, fmt, opts)}"
+    copy = _copier(con, dest, f"ingest {path.name}", progress)
+    if fmt in ("csv", "tsv"):
+        return _stage_csv(con, path, fmt, opts, dest, copy)
+    if fmt in ("jsonl", "json"):
+        from aifab.data.sources.json_read import stage_json
+
+        return stage_json(con, path, fmt, opts, dest, copy)
+    if fmt in ("xlsx", "arrow"):
+        from aifab.data.sources.sheets import stage_table
+
+        return stage_table(con, path, fmt, opts, dest)
     try:
-        if progress:
-            _run_copy(con, sql, dest, f"ingest {path.name}")
-        else:
-            lake.copy_to_parquet(con, sql, dest)
+        copy(f"SELECT * FROM read_parquet({lake.sql_string(str(path))})")
     except duckdb.Error as exc:
         raise InvalidInputError(f"{path}: cannot read as {fmt}: {first_line(exc)}") from None
-    staged = Staged(dest, str(path), "file", {"format": fmt})
-    if fmt in ("csv", "tsv"):
-        row = con.execute("SELECT count(DISTINCT line) FROM reject_errors").fetchall()[0]
-        staged.rejected = int(row[0]) if row else 0
-        if staged.rejected:
-            first = con.execute(
-                f"SELECT DISTINCT line FROM reject_errors ORDER BY line LIMIT {_SHOWN_LINES}"
-            ).fetchall()
-            staged.rejected_lines = tuple(int(r[0]) for r in first)
-            staged.rejects = _reject_items(con, path)
-    return staged
+    return Staged(dest, str(path), "file", {"format": fmt})

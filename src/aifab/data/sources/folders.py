@@ -16,6 +16,7 @@ from aifab.core.errors import InvalidInputError, NotFoundError
 from aifab.data.quarantine import QuarantineItem
 from aifab.data.sources.html_text import extract
 from aifab.data.sources.staged import Staged, write_rows
+from aifab.data.sources.text_decode import UndecodableError, check_encoding, decode
 
 DOC_EXTENSIONS = frozenset({".txt", ".text", ".md", ".markdown", ".rst", ".html", ".htm"})
 IMAGE_EXTENSIONS = frozenset(
@@ -31,6 +32,8 @@ IMAGE_EXTENSIONS = frozenset(
     }
 )
 FolderKind = Literal["docs", "images"]
+#: How many skipped file names the ingest details list (all are counted).
+_SHOWN_SKIPPED = 20
 
 
 def files_under(root: Path) -> Iterator[Path]:
@@ -67,11 +70,13 @@ def _mtime(path: Path) -> datetime:
     return datetime.fromtimestamp(path.stat().st_mtime, UTC)
 
 
-def _doc_row(path: Path) -> dict[str, Any]:
+def _doc_row(path: Path, encoding: str | None) -> dict[str, Any]:
+    """One document's row; :class:`UndecodableError` when its bytes are not text."""
     raw = path.read_bytes()
-    text = raw.decode("utf-8", errors="replace")
+    html = path.suffix.lower() in (".html", ".htm")
+    text, _ = decode(raw, encoding, html=html)
     title = None
-    if path.suffix.lower() in (".html", ".htm"):
+    if html:
         page = extract(text)
         title, text = page.title, page.text
     return {
@@ -81,6 +86,28 @@ def _doc_row(path: Path) -> dict[str, Any]:
         "bytes": len(raw),
         "modified": _mtime(path),
     }
+
+
+def _doc_rows(
+    root: Path, paths: list[Path], encoding: str | None, bad: list[QuarantineItem]
+) -> Iterator[dict[str, Any]]:
+    for path in paths:
+        try:
+            yield _doc_row(path, encoding)
+        except UndecodableError as exc:
+            rel = path.relative_to(root)
+            bad.append(
+                QuarantineItem("doc.undecodable", f"{rel}: {exc}", record={"path": str(path)})
+            )
+
+
+def _skipped(root: Path, read: list[Path]) -> dict[str, Any]:
+    """How many files of the folder were not read (other extensions, hidden), and which."""
+    taken = set(read)
+    names = sorted(
+        str(p.relative_to(root)) for p in root.rglob("*") if p not in taken and p.is_file()
+    )
+    return {"skipped": len(names), "skipped_files": names[:_SHOWN_SKIPPED]} if names else {}
 
 
 def _doc_schema() -> Any:
@@ -97,15 +124,27 @@ def _doc_schema() -> Any:
     )
 
 
-def stage_documents(root: Path, dest: Path) -> Staged:
-    """One row per text/markdown/html file: path, title (html), text, bytes, modified."""
+def stage_documents(root: Path, dest: Path, encoding: str | None = None) -> Staged:
+    """One row per text/markdown/html file: path, title (html), text, bytes, modified.
+
+    Each file is decoded strictly (``encoding``, else its BOM, its HTML charset or UTF-8);
+    one that does not decode is quarantined with the reason instead of stored as garbage.
+    """
     _check_folder(root)
     root = root.resolve()
     paths = [p for p in files_under(root) if p.suffix.lower() in DOC_EXTENSIONS]
     if not paths:
         raise InvalidInputError(f"{root}: no text, markdown or html files in the folder")
-    rows = write_rows((_doc_row(p) for p in paths), _doc_schema(), dest)
-    return Staged(dest, str(root), "docs", {"files": rows})
+    bad: list[QuarantineItem] = []
+    encoding = check_encoding(encoding) if encoding else None
+    rows = write_rows(_doc_rows(root, paths, encoding, bad), _doc_schema(), dest)
+    if rows == 0:
+        raise InvalidInputError(
+            f"{root}: none of the {len(paths)} documents decodes as text ({bad[0].reason}); "
+            "pass --encoding"
+        )
+    details = {"files": rows, **_skipped(root, paths)}
+    return Staged(dest, str(root), "docs", details, rejected=len(bad), rejects=bad)
 
 
 def _image_schema() -> Any:
@@ -124,6 +163,23 @@ def _image_schema() -> Any:
     )
 
 
+def _check_complete(path: Path, im: Any) -> None:
+    """Raise ``OSError`` for a truncated image (the header alone does not show it).
+
+    A JPEG must end in its EOI marker and a PNG must pass ``verify`` (chunk CRCs, IEND);
+    otherwise the pixels are decoded, which fails on a truncated file.
+    """
+    if im.format == "PNG":
+        im.verify()
+        return
+    if im.format == "JPEG":
+        with path.open("rb") as fh:
+            fh.seek(max(0, path.stat().st_size - 64))
+            if b"\xff\xd9" in fh.read():
+                return
+    im.load()
+
+
 def _image_rows(root: Path, paths: list[Path], bad: list[QuarantineItem]) -> Iterator[dict]:
     from PIL import Image
 
@@ -133,7 +189,8 @@ def _image_rows(root: Path, paths: list[Path], bad: list[QuarantineItem]) -> Ite
             # Image.open reads only the header: size and format without decoding pixels.
             with Image.open(path) as im:
                 width, height, fmt, mode = im.width, im.height, im.format, im.mode
-        except (OSError, ValueError, Image.DecompressionBombError) as exc:
+                _check_complete(path, im)
+        except (OSError, ValueError, SyntaxError, Image.DecompressionBombError) as exc:
             bad.append(
                 QuarantineItem("image.unreadable", f"{rel}: {exc}", record={"path": str(path)})
             )
@@ -163,4 +220,5 @@ def stage_images(root: Path, dest: Path) -> Staged:
     rows = write_rows(_image_rows(root, paths, bad), _image_schema(), dest)
     if rows == 0:
         raise InvalidInputError(f"{root}: none of the {len(paths)} image files could be read")
-    return Staged(dest, str(root), "images", {"files": rows}, rejected=len(bad), rejects=bad)
+    details = {"files": rows, **_skipped(root, paths)}
+    return Staged(dest, str(root), "images", details, rejected=len(bad), rejects=bad)

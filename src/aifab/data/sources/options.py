@@ -8,7 +8,7 @@ from pydantic import Field
 
 from aifab.core.config import StrictConfig
 
-FileFormat = Literal["csv", "tsv", "jsonl", "json", "parquet"]
+FileFormat = Literal["csv", "tsv", "jsonl", "json", "parquet", "xlsx", "arrow"]
 
 
 class IngestOptions(StrictConfig):
@@ -21,10 +21,41 @@ class IngestOptions(StrictConfig):
     delimiter: str | None = Field(
         None, min_length=1, max_length=4, description="CSV field delimiter; default sniffed."
     )
-    header: bool = Field(True, description="The first CSV line holds the column names.")
+    header: bool | None = Field(
+        None, description="The first CSV line holds the column names (default: sniffed)."
+    )
     sample_size: int = Field(
         20480, ge=-1, description="Rows sampled to infer CSV/JSON types (-1: the whole file)."
     )
+    comment: str | None = Field(
+        None, min_length=1, max_length=1, description="CSV comment-line prefix (default sniffed)."
+    )
+    quote: str | None = Field(
+        None, max_length=1, description="CSV quote character ('' for none; default sniffed)."
+    )
+    escape: str | None = Field(
+        None, max_length=1, description="CSV escape character (default sniffed)."
+    )
+    decimal: Literal[".", ","] = Field(".", description="Decimal separator of CSV numbers.")
+    max_line_size: int | None = Field(
+        None, ge=1, description="Longest CSV line in bytes (DuckDB's default: 2,000,000)."
+    )
+    encoding: str | None = Field(
+        None,
+        min_length=1,
+        description="Text encoding of CSV files and documents (default: BOM, HTML charset, UTF-8).",
+    )
+    strict: bool = Field(
+        False,
+        description="Quarantine short CSV rows instead of padding them, and never widen types.",
+    )
+    min_kept_share: float = Field(
+        0.5,
+        ge=0,
+        le=1,
+        description="Fail, committing nothing, when fewer than this share of rows is kept.",
+    )
+    sheet: str | None = Field(None, description="Excel: the sheet to read (default the first).")
     # HTTP (downloads, APIs, crawls)
     headers: dict[str, str] = Field(
         default_factory=dict, description="Extra request headers (e.g. Authorization)."
@@ -40,7 +71,9 @@ class IngestOptions(StrictConfig):
     user_agent: str = Field("aifab-ingest/0.1", min_length=1, description="User-Agent header.")
     # REST APIs
     records_field: str | None = Field(
-        None, description="Dotted path of the records list in each page (default: the body)."
+        None,
+        description="Dotted path of the records list in each API page or JSON file "
+        "(default: the body).",
     )
     next_field: str | None = Field(
         None, description="Dotted path of the next-page URL in the body (default: Link header)."

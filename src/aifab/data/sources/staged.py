@@ -51,3 +51,20 @@ def write_rows(rows: Iterable[Mapping[str, Any]], schema: pa.Schema, dest: Path)
             writer.write_table(pa.Table.from_pylist(buffer, schema=schema))
             count += len(buffer)
     return count
+
+
+def refuse_share(source: str, kept: int, rejected: int, min_share: float, why: str) -> None:
+    """Raise when fewer than ``min_share`` of a file's rows were kept (nothing is committed).
+
+    Raises:
+        InvalidInputError: naming how many rows were kept and why the others were not.
+    """
+    from aifab.core.errors import InvalidInputError
+
+    total = kept + rejected
+    if total and kept and kept / total >= min_share:
+        return
+    raise InvalidInputError(
+        f"{source}: kept {kept} of {total} rows (under --min-kept-share {min_share:g}), "
+        f"nothing committed: {why}"
+    )

@@ -1,0 +1,121 @@
+"""Text encodings of ingested files: BOMs, HTML charset declarations, binary content, transcoding.
+
+A file is decoded strictly: bytes that do not decode are reported (with their offset), never
+turned into U+FFFD replacement characters.
+"""
+
+from __future__ import annotations
+
+import codecs
+import re
+from pathlib import Path
+
+from aifab.core.errors import InvalidInputError
+
+#: Bytes looked at to detect a BOM, binary content or an HTML charset.
+HEAD_BYTES = 65536
+_CHUNK = 1 << 20
+#: Longest-first, so a UTF-32 BOM is not taken for a UTF-16 one.
+_BOMS = (
+    (codecs.BOM_UTF32_LE, "utf-32"),
+    (codecs.BOM_UTF32_BE, "utf-32"),
+    (codecs.BOM_UTF8, "utf-8-sig"),
+    (codecs.BOM_UTF16_LE, "utf-16"),
+    (codecs.BOM_UTF16_BE, "utf-16"),
+)
+_CHARSET = re.compile(rb"""<meta[^>]+charset\s*=\s*["']?\s*([A-Za-z0-9_.:-]+)""", re.IGNORECASE)
+#: Control bytes that never occur in text (tab, newlines, form feed and ESC are allowed).
+_CONTROL = frozenset(range(32)) - {9, 10, 12, 13, 27}
+
+
+class UndecodableError(ValueError):
+    """A file's bytes are not text in the encoding it was read with."""
+
+
+def bom_encoding(head: bytes) -> str | None:
+    """The encoding a byte-order mark at the start of ``head`` announces, or ``None``."""
+    for bom, name in _BOMS:
+        if head.startswith(bom):
+            return name
+    return None
+
+
+def html_charset(head: bytes) -> str | None:
+    """The charset an HTML ``<meta charset>``/``http-equiv`` declaration names, or ``None``."""
+    found = _CHARSET.search(head)
+    if found is None:
+        return None
+    name = found.group(1).decode("ascii", "replace")
+    try:
+        return codecs.lookup(name).name
+    except LookupError:
+        return None
+
+
+def binary_offset(head: bytes) -> int | None:
+    """Offset of the first byte that marks ``head`` as binary rather than text, or ``None``."""
+    for i, byte in enumerate(head):
+        if byte in _CONTROL:
+            return i
+    return None
+
+
+def check_encoding(name: str) -> str:
+    """The codec's canonical name; :class:`InvalidInputError` for an unknown encoding."""
+    try:
+        return codecs.lookup(name).name
+    except LookupError:
+        raise InvalidInputError(
+            f"unknown encoding {name!r} (e.g. utf-8, utf-16, latin-1, cp1252)"
+        ) from None
+
+
+def _where(exc: UnicodeDecodeError, base: int) -> str:
+    bad = exc.object[exc.start : exc.start + 4]
+    return f"byte {base + exc.start} ({bad.hex(' ')})"
+
+
+def decode(raw: bytes, encoding: str | None, *, html: bool = False) -> tuple[str, str]:
+    """Decode a whole document strictly; return ``(text, encoding used)``.
+
+    The encoding is ``encoding`` when given, else a BOM's, else an HTML charset declaration's
+    (``html=True``), else UTF-8.
+
+    Raises:
+        UndecodableError: binary content, or bytes that are not valid in that encoding.
+    """
+    enc = encoding or bom_encoding(raw) or (html_charset(raw[:HEAD_BYTES]) if html else None)
+    enc = enc or "utf-8"
+    if enc in ("utf-8", "utf-8-sig"):
+        at = binary_offset(raw[:HEAD_BYTES])
+        if at is not None:
+            raise UndecodableError(f"not text: binary byte 0x{raw[at]:02x} at byte {at}")
+    try:
+        return raw.decode(enc), enc
+    except UnicodeDecodeError as exc:
+        raise UndecodableError(
+            f"not valid {enc} at {_where(exc, 0)}; pass --encoding with the file's encoding"
+        ) from None
+
+
+def transcode(src: Path, dest: Path, encoding: str) -> None:
+    """Rewrite ``src`` (in ``encoding``) as UTF-8 into ``dest``, streaming in 1 MB chunks.
+
+    Raises:
+        InvalidInputError: bytes that are not valid in ``encoding``, naming their offset.
+    """
+    decoder = codecs.getincrementaldecoder(encoding)()
+    done = 0
+    with src.open("rb") as fin, dest.open("w", encoding="utf-8", newline="") as fout:
+        while True:
+            chunk = fin.read(_CHUNK)
+            try:
+                fout.write(decoder.decode(chunk, final=not chunk))
+            except UnicodeDecodeError as exc:
+                raise InvalidInputError(
+                    f"{src}: not valid {encoding} at {_where(exc, done)}; "
+                    "pass --encoding with the file's encoding"
+                ) from None
+            if not chunk:
+                return
+            done += len(chunk)
