@@ -7,7 +7,7 @@ leaked database leaks no usable key.
 from __future__ import annotations
 
 import hashlib
-import re
+import math
 import secrets
 import time
 from dataclasses import dataclass
@@ -20,6 +20,7 @@ from aifab.core.audit import record_event
 from aifab.core.db import session_scope
 from aifab.core.errors import InvalidInputError, NotFoundError
 from aifab.core.ids import new_id
+from aifab.core.names import LABEL, is_full_match
 from aifab.serve.tables import ApiKeyRow
 
 __all__ = [
@@ -61,8 +62,9 @@ _PER_MINUTE = {
     "d": 1 / 1440,
     "day": 1 / 1440,
 }
-_NAME_RE = re.compile(r"^[\w.\- ]{0,100}$")
 _NONE = ("none", "unlimited", "")
+#: The largest finite rate a key may have (one million requests a second).
+MAX_RATE_PER_MIN = 60_000_000.0
 
 
 @dataclass(frozen=True)
@@ -103,11 +105,17 @@ def parse_rate(rate: str | float | None) -> float | None:
             number = float(amount)
         except ValueError:
             number = -1.0
-    if unit not in _PER_MINUTE or not number > 0 or number == float("inf"):
+    if unit not in _PER_MINUTE or not number > 0:
         raise InvalidInputError(
             f"rate {rate!r}: expected N/s, N/min, N/h or N/day with N > 0, or 'none'"
         )
-    return number * _PER_MINUTE[unit]
+    per_min = number * _PER_MINUTE[unit]
+    # 1e308/s is finite but overflows to inf per minute; refuse it and absurd rates alike.
+    if not math.isfinite(per_min) or per_min > MAX_RATE_PER_MIN:
+        raise InvalidInputError(
+            f"rate {rate!r}: at most {MAX_RATE_PER_MIN / 60:g}/s; use 'none' for no limit"
+        )
+    return per_min
 
 
 def parse_quota(quota: str | int | None) -> int | None:
@@ -174,7 +182,7 @@ def create_key(
     """
     if role not in ROLES:
         raise InvalidInputError(f"role {role!r}: use one of {', '.join(ROLES)}")
-    if not isinstance(name, str) or not _NAME_RE.match(name):
+    if not is_full_match(LABEL, name):
         raise InvalidInputError(
             f"name {name!r}: up to 100 letters, digits, spaces, '.', '_' or '-'"
         )
