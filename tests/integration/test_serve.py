@@ -411,7 +411,7 @@ def test_metrics_are_prometheus_text(env: dict[str, Any]) -> None:
     client = env["keys"]["client"]["id"]
     reqs = [
         s
-        for s in fam["aifab_requests"].samples
+        for s in fam["aifab_deployment_requests"].samples
         if s.labels["deployment"] == "churn" and s.labels["key"] == client
     ]
     assert sum(s.value for s in reqs if s.labels["status"] == "200") >= 3
@@ -422,8 +422,8 @@ def test_metrics_are_prometheus_text(env: dict[str, Any]) -> None:
     ]
     assert any(s.name.endswith("_bucket") for s in lat)
     assert next(s.value for s in lat if s.name.endswith("_count")) >= 4
-    errors = [s for s in fam["aifab_errors"].samples if s.labels["deployment"] == "churn"]
-    assert any(s.labels["code"] == "422" and s.value >= 1 for s in errors)
+    errors = [s for s in fam["aifab_errors"].samples if s.labels["route"].startswith("/v1/predict")]
+    assert any(s.labels["status"] == "422" and s.value >= 1 for s in errors)
     ready = {s.labels["deployment"]: s.value for s in fam["aifab_deployment_ready"].samples}
     assert ready["churn"] == 1.0 and ready["broken"] == 0.0
     assert "aifab_batch_size" in fam

@@ -15,6 +15,7 @@ from contextlib import asynccontextmanager
 from fastapi import FastAPI
 
 from aifab.serve.errors import install_error_handlers
+from aifab.serve.guard import RequestGuard
 from aifab.serve.metrics import Metrics
 
 log = logging.getLogger("aifab.serve")
@@ -81,6 +82,7 @@ def create_app(*, reconcile_interval_s: float = 1.0, request_log_sample: float =
     )
     app.state.metrics = metrics
     install_error_handlers(app)
+    app.add_middleware(RequestGuard)
     for module in _ROUTERS:
         if importlib.util.find_spec(module) is None:
             log.warning("router %s is not installed; its routes are off", module)
