@@ -86,11 +86,12 @@ def env(
         sticky_header="X-User",
     )
     create_deployment("churn@staging", name="churn-alias")
-    bad_dir = _corrupt_copy(download_model("churn@1"), module_workspace.parent / "bad-model")
+    bad_dir = _corrupt_copy(download_model("churn@1"), module_workspace / "bad-model")
     create_deployment(str(bad_dir), name="broken")
     keys = {}
     for role in ("admin", "developer", "viewer", "client"):
-        record, secret = create_key(role, name=f"test-{role}", rate=None)
+        grants = "sensor*" if role == "client" else None  # pushes need a dataset grant
+        record, secret = create_key(role, name=f"test-{role}", rate=None, datasets=grants)
         keys[role] = {"id": record["id"], "secret": secret}
     record, secret = create_key("client", name="limited", rate="1/min")
     keys["limited"] = {"id": record["id"], "secret": secret}

@@ -24,6 +24,7 @@ __all__ = [
     "check_source",
     "default_name",
     "is_path",
+    "model_dir_under_roots",
 ]
 
 #: Sources that name a model shipped with a Python package rather than the registry.
@@ -77,9 +78,7 @@ def check_source(source: str, field: str = "model") -> str:
     if is_path(source):
         if len(source) > 200:
             raise InvalidInputError(f"{field}: model directory path is over 200 characters")
-        path = Path(source).expanduser().resolve()
-        if not path.is_dir():
-            raise InvalidInputError(f"{field}: model directory {source!r} does not exist")
+        path = model_dir_under_roots(source, field)
         if len(str(path)) > 200:
             raise InvalidInputError(f"{field}: model directory path is over 200 characters")
         return str(path)
@@ -89,6 +88,27 @@ def check_source(source: str, field: str = "model") -> str:
 
     resolve_model(source)  # NotFoundError names what exists
     return source
+
+
+def model_dir_under_roots(source: str, field: str = "model") -> Path:
+    """The model directory ``source`` names, if it is under a configured model root.
+
+    A directory outside the roots (``AIFAB_MODEL_ROOTS``, default the workspace) gets the same
+    answer as a missing one, so callers cannot probe which server paths exist.
+
+    Raises:
+        InvalidInputError: not an existing directory under a model root.
+    """
+    from aifab.core.settings import get_settings
+
+    path = Path(source).expanduser().resolve()  # symlinks resolved: no escaping a root
+    roots = get_settings().resolved_model_roots
+    if not any(path.is_relative_to(root) for root in roots) or not path.is_dir():
+        raise InvalidInputError(
+            f"{field}: model directory {source!r} does not exist under the model roots "
+            "(AIFAB_MODEL_ROOTS, default the workspace); deploy a registry ref instead"
+        )
+    return path
 
 
 def default_name(source: str) -> str:

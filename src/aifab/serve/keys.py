@@ -10,6 +10,7 @@ import hashlib
 import math
 import secrets
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -20,7 +21,7 @@ from aifab.core.audit import record_event
 from aifab.core.db import session_scope
 from aifab.core.errors import InvalidInputError, NotFoundError
 from aifab.core.ids import new_id
-from aifab.core.names import LABEL, is_full_match
+from aifab.core.names import LABEL, NAME, is_full_match
 from aifab.serve.tables import ApiKeyRow
 
 __all__ = [
@@ -32,6 +33,8 @@ __all__ = [
     "get_key",
     "hash_secret",
     "list_keys",
+    "may_push",
+    "parse_datasets",
     "parse_quota",
     "parse_rate",
     "revoke_key",
@@ -76,6 +79,8 @@ class KeyInfo:
     role: str
     rate_per_min: float | None
     token_quota_day: int | None
+    #: Dataset grants of a client key: names, or prefixes ending in ``*``.
+    datasets: tuple[str, ...] = ()
 
 
 def hash_secret(secret: str) -> str:
@@ -118,6 +123,42 @@ def parse_rate(rate: str | float | None) -> float | None:
     return per_min
 
 
+def parse_datasets(datasets: str | Sequence[str] | None) -> tuple[str, ...]:
+    """Dataset grants: ``sensors*,events`` or a list; each a dataset name or a prefix + ``*``.
+
+    Raises:
+        InvalidInputError: a grant that is neither (``*`` alone grants every dataset).
+    """
+    if datasets is None:
+        return ()
+    items = datasets.split(",") if isinstance(datasets, str) else list(datasets)
+    grants: list[str] = []
+    for item in items:
+        grant = item.strip(" ") if isinstance(item, str) else item
+        if grant == "":
+            continue
+        if grant != "*" and not is_full_match(NAME, str(grant).removesuffix("*")):
+            raise InvalidInputError(
+                f"datasets: grant {grant!r} is not a dataset name or a prefix ending in '*'"
+            )
+        grants.append(str(grant))
+    if len(",".join(grants)) > 2000:
+        raise InvalidInputError("datasets: at most 2000 characters of grants")
+    return tuple(dict.fromkeys(grants))
+
+
+def may_push(key: KeyInfo, dataset: str) -> bool:
+    """Whether ``key`` may push records to ``dataset``: developers and admins anywhere,
+    client keys only to datasets they were granted."""
+    if key.role in ("admin", "developer"):
+        return True
+    if key.role != "client":
+        return False
+    return any(
+        dataset.startswith(g[:-1]) if g.endswith("*") else dataset == g for g in key.datasets
+    )
+
+
 def parse_quota(quota: str | int | None) -> int | None:
     """A token quota per UTC day: ``100000``, ``100000/day``; ``none``: no quota.
 
@@ -143,6 +184,10 @@ def parse_quota(quota: str | int | None) -> int | None:
     return value
 
 
+def _grants(row: ApiKeyRow) -> list[str]:
+    return [g for g in (row.datasets or "").split(",") if g]
+
+
 def _record(row: ApiKeyRow) -> dict[str, Any]:
     return {
         "id": row.id,
@@ -151,6 +196,7 @@ def _record(row: ApiKeyRow) -> dict[str, Any]:
         "role": row.role,
         "rate_per_min": row.rate_per_min,
         "token_quota_day": row.token_quota_day,
+        "datasets": _grants(row),
         "active": row.revoked_at is None,
         "created_by": row.created_by,
         "created_at": row.created_at,
@@ -165,6 +211,7 @@ def create_key(
     name: str = "",
     rate: str | float | None = "600/min",
     token_quota: str | int | None = None,
+    datasets: str | Sequence[str] | None = None,
 ) -> tuple[dict[str, Any], str]:
     """Create an API key.
 
@@ -173,6 +220,8 @@ def create_key(
         name: a label for people (need not be unique).
         rate: requests per key, e.g. ``600/min`` (see :func:`parse_rate`); None: unlimited.
         token_quota: model tokens per UTC day (see :func:`parse_quota`); None: unlimited.
+        datasets: client keys only: the datasets it may push records to (see
+            :func:`parse_datasets`); none by default.
 
     Returns:
         The key's record and its secret. The secret is not stored and cannot be shown again.
@@ -187,6 +236,11 @@ def create_key(
             f"name {name!r}: up to 100 letters, digits, spaces, '.', '_' or '-'"
         )
     rate_per_min, quota = parse_rate(rate), parse_quota(token_quota)
+    grants = parse_datasets(datasets)
+    if grants and role != "client":
+        raise InvalidInputError(
+            f"datasets: only client keys take dataset grants ({role} keys push to any dataset)"
+        )
     secret = SECRET_PREFIX + secrets.token_urlsafe(32)
     with session_scope() as s:
         row = ApiKeyRow(
@@ -197,12 +251,19 @@ def create_key(
             role=role,
             rate_per_min=rate_per_min,
             token_quota_day=quota,
+            datasets=",".join(grants) or None,
             created_by=current_actor(),
             created_at=time.time(),
         )
         s.add(row)
         s.flush()
-        params = {"name": row.name, "role": role, "rate_per_min": rate_per_min, "quota": quota}
+        params = {
+            "name": row.name,
+            "role": role,
+            "rate_per_min": rate_per_min,
+            "quota": quota,
+            "datasets": list(grants),
+        }
         record_event(s, "key.create", f"key:{row.id}", params)
         return _record(row), secret
 
@@ -249,4 +310,6 @@ def authenticate(secret: str) -> KeyInfo | None:
         row = s.scalar(select(ApiKeyRow).where(ApiKeyRow.hash == hash_secret(secret)))
         if row is None or row.revoked_at is not None:
             return None
-        return KeyInfo(row.id, row.name, row.role, row.rate_per_min, row.token_quota_day)
+        return KeyInfo(
+            row.id, row.name, row.role, row.rate_per_min, row.token_quota_day, tuple(_grants(row))
+        )

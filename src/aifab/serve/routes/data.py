@@ -8,6 +8,8 @@ from fastapi import APIRouter, Depends
 from pydantic import BaseModel, ConfigDict, Field
 
 from aifab.serve.auth import Principal, require
+from aifab.serve.errors import ApiError
+from aifab.serve.keys import may_push
 
 router = APIRouter(tags=["data"])
 
@@ -30,4 +32,12 @@ async def append_records(
     """Append records: counts of accepted/quarantined/pending rows and any sealed version."""
     from aifab.data.append import append_records as append
 
+    if principal.key is not None and not may_push(principal.key, name):
+        grants = ", ".join(principal.key.datasets) or "none"
+        raise ApiError(
+            403,
+            f"key {principal.key_id} may not push to dataset {name!r} (its grants: {grants}; "
+            "'aifab keys create --role client --datasets NAME|PREFIX*')",
+            code="permission_denied",
+        )
     return await principal.call(lambda: append(name, body.records, flush=body.flush).to_dict())
