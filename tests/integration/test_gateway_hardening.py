@@ -122,7 +122,9 @@ def test_deeply_nested_json_to_predict_is_a_400(env: dict[str, Any]) -> None:
 
 def test_an_infinite_rate_is_refused_over_http(env: dict[str, Any]) -> None:
     r = httpx.post(
-        f"{env['url']}/v1/keys", json={"role": "client", "rate": "1e308/s"}, headers=auth(env, "admin")
+        f"{env['url']}/v1/keys",
+        json={"role": "client", "rate": "1e308/s"},
+        headers=auth(env, "admin"),
     )
     assert r.status_code == 422, r.text
     assert "rate" in r.json()["error"]["message"]
@@ -204,9 +206,7 @@ def test_client_keys_push_only_to_granted_datasets(env: dict[str, Any]) -> None:
     # A client key without grants pushes nowhere; a developer key anywhere.
     r = httpx.post(f"{url}/v1/datasets/sensors_hall/records", json=body, headers=auth(env))
     assert r.status_code == 403
-    r = httpx.post(
-        f"{url}/v1/datasets/payroll/records", json=body, headers=auth(env, "developer")
-    )
+    r = httpx.post(f"{url}/v1/datasets/payroll/records", json=body, headers=auth(env, "developer"))
     assert r.status_code == 200, r.text
     # Grants over HTTP, listed with the key.
     r = httpx.post(
@@ -232,3 +232,21 @@ def test_deploy_loads_directories_under_the_model_roots_only(env: dict[str, Any]
     message = next(iter(answers.values()))
     assert "model roots" in message and str(Path.home()) not in message
     assert "probe" not in {d["name"] for d in list_deployments()}
+
+
+def test_a_push_wider_than_the_column_cap_is_refused_at_once(env: dict[str, Any]) -> None:
+    wide = {"records": [{f"c{i}": i for i in range(20_000)}]}
+    r = httpx.post(
+        f"{env['url']}/v1/datasets/wide/records",
+        json=wide,
+        headers=auth(env, "developer"),
+        timeout=30,
+    )
+    assert r.status_code == 422, r.text
+    message = r.json()["error"]["message"]
+    assert "20000 columns" in message and "AIFAB_MAX_COLUMNS" in message
+    ok = {"records": [{f"c{i}": i for i in range(20)}], "flush": True}
+    r = httpx.post(
+        f"{env['url']}/v1/datasets/narrow/records", json=ok, headers=auth(env, "developer")
+    )
+    assert r.status_code == 200 and r.json()["version"] == "narrow@1", r.text

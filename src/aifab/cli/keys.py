@@ -43,9 +43,7 @@ def create_command(
     """Create a key and print its secret: it is stored hashed and cannot be shown again."""
     from aifab.serve.keys import create_key
 
-    key, secret = create_key(
-        role, name=name, rate=rate, token_quota=token_quota, datasets=datasets
-    )
+    key, secret = create_key(role, name=name, rate=rate, token_quota=token_quota, datasets=datasets)
     if as_json:
         emit({**key, "secret": secret}, True)
         return

@@ -9,6 +9,7 @@ names to the functions.
 from __future__ import annotations
 
 from aifab.data.append import append_records, flush_appends
+from aifab.data.sealer import BackgroundSealer
 from aifab.data.browse import diff, export, head, lineage, query
 from aifab.data.catalog import (
     CommitResult,
@@ -36,6 +37,7 @@ from aifab.data.splits import SplitSpec, split
 from aifab.data.validate import ExpectationSuite, ValidationReport, validate
 
 __all__ = [
+    "BackgroundSealer",
     "CleanSpec",
     "CommitResult",
     "ExpectationSuite",

@@ -9,15 +9,18 @@ import pytest
 from aifab.core.errors import InvalidInputError
 from aifab.core.names import NAME, SLUG, check_name, is_full_match
 
+
 @pytest.mark.parametrize("bad", ["x\n", "x\n\n", "", " x", "x y", "é", "a" * 201, None, 3])
 def test_names_are_full_matched(bad: object) -> None:
     assert not is_full_match(NAME, bad)
     with pytest.raises(InvalidInputError, match="invalid dataset name"):
         check_name(bad, "dataset")
 
+
 def test_good_names_pass() -> None:
     assert check_name("Sensor_events.v2-a", "dataset") == "Sensor_events.v2-a"
     assert is_full_match(SLUG, "churn-v2") and not is_full_match(SLUG, "Churn")
+
 
 def test_every_boundary_refuses_a_trailing_newline(workspace: Path) -> None:
     from aifab.data.append import append_records

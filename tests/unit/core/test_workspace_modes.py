@@ -13,9 +13,7 @@ def _mode(path: Path) -> int:
     return stat.S_IMODE(path.stat().st_mode)
 
 
-def test_workspace_and_db_are_owner_only(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_workspace_and_db_are_owner_only(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from aifab.core import init_workspace
     from aifab.core.db import reset_engines
     from aifab.serve.keys import create_key
