@@ -9,7 +9,6 @@ names to the functions.
 from __future__ import annotations
 
 from aifab.data.append import append_records, flush_appends
-from aifab.data.sealer import BackgroundSealer
 from aifab.data.browse import diff, export, head, lineage, query
 from aifab.data.catalog import (
     CommitResult,
@@ -33,6 +32,7 @@ from aifab.data.label import (
     submit_label,
 )
 from aifab.data.quarantine import count_quarantine, list_quarantine, quarantine
+from aifab.data.sealer import BackgroundSealer
 from aifab.data.splits import SplitSpec, split
 from aifab.data.validate import ExpectationSuite, ValidationReport, validate
 

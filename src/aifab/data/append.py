@@ -112,8 +112,10 @@ def _to_table(
 
 
 def _check_width(records: Sequence[Mapping[str, Any]], new_schema: bool) -> None:
-    """Refuse records (or a new schema) wider than ``AIFAB_MAX_COLUMNS``: width drives the cost
-    of every later commit and profile, so it is bounded before any work starts."""
+    """Refuse records (or a new schema) wider than ``AIFAB_MAX_COLUMNS``.
+
+    Width drives the cost of every later commit and profile, so it is bounded before any work.
+    """
     cap = get_settings().max_columns
     for i, rec in enumerate(records):
         if isinstance(rec, Mapping) and len(rec) > cap:

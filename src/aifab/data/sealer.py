@@ -1,6 +1,8 @@
-"""Sealing pushed records off the caller's thread: a few daemon threads run
-:func:`~aifab.data.append.flush_appends`, so a costly commit never pins a request thread and at
-most ``max_concurrent`` commits run at once."""
+"""Sealing pushed records off the caller's thread, at most a few commits at once.
+
+A few daemon threads run :func:`~aifab.data.append.flush_appends`, so a costly commit never pins
+a request thread and a stop never waits for one.
+"""
 
 from __future__ import annotations
 

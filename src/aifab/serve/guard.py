@@ -15,7 +15,7 @@ from typing import Any
 from fastapi import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from aifab.serve.errors import ApiError, error_body
+from aifab.serve.errors import ApiError
 
 __all__ = [
     "BODY_CAPS",
@@ -68,6 +68,7 @@ class RequestGuard:
         self.app = app
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """Answer one ASGI connection: guard its body, count its response."""
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
@@ -119,6 +120,7 @@ class _GuardedBody:
         self.refused = False
 
     async def receive(self) -> Message:
+        """The next body message, after the header checks (first call) and within the cap."""
         if not self.started:
             self.started = True
             self._admit()

@@ -148,8 +148,10 @@ def parse_datasets(datasets: str | Sequence[str] | None) -> tuple[str, ...]:
 
 
 def may_push(key: KeyInfo, dataset: str) -> bool:
-    """Whether ``key`` may push records to ``dataset``: developers and admins anywhere,
-    client keys only to datasets they were granted."""
+    """Whether ``key`` may push records to ``dataset``.
+
+    Developers and admins push anywhere; client keys only to the datasets they were granted.
+    """
     if key.role in ("admin", "developer"):
         return True
     if key.role != "client":
