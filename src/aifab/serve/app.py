@@ -73,6 +73,9 @@ def create_app(*, reconcile_interval_s: float = 1.0, request_log_sample: float =
             close = getattr(app.state.quota, "close", None)
             if close is not None:
                 close()
+            sealer = getattr(app.state, "sealer", None)  # started by the first push's seal
+            if sealer is not None:
+                sealer.close()
 
     app = FastAPI(
         title="aifab",

@@ -1,5 +1,7 @@
 """``POST /v1/datasets/{name}/records``: devices push rows into a dataset (micro-batched).
 
+The body is parsed and validated on a worker thread (a wide push costs tens of milliseconds of
+validation, which must not stall the event loop), after a column cap that needs no validation.
 Records land on a worker thread (a quick, bounded write); sealing a version runs on the app's
 :class:`~aifab.data.BackgroundSealer`, never on a request thread. The answer waits a few seconds
 for the seal, then says ``202`` with ``sealing: true`` if it is still running.
@@ -8,11 +10,13 @@ for the seal, then says ``202`` with ``sealing: true`` if it is still running.
 from __future__ import annotations
 
 import asyncio
+import json
 from typing import Any
 
 from fastapi import APIRouter, Depends, Request
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from aifab.core.errors import AifabError, ConflictError, first_line
 from aifab.serve.auth import Principal, require
@@ -38,6 +42,40 @@ class RecordsIn(BaseModel):
     flush: bool = Field(False, description="Seal a new dataset version now.")
 
 
+_OPENAPI: dict[str, Any] = {
+    "requestBody": {
+        "required": True,
+        "content": {"application/json": {"schema": RecordsIn.model_json_schema()}},
+    }
+}
+
+
+def _parse(body: bytes) -> RecordsIn:
+    """The request body as :class:`RecordsIn`, its width checked before validation."""
+    from aifab.core.settings import get_settings
+
+    try:
+        payload = json.loads(body)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise ApiError(400, f"malformed JSON: {exc}") from None
+    except RecursionError:
+        raise ApiError(400, "malformed JSON: nested too deeply") from None
+    records = payload.get("records") if isinstance(payload, dict) else None
+    cap = get_settings().max_columns
+    for i, record in enumerate(records if isinstance(records, list) else []):
+        if isinstance(record, dict) and len(record) > cap:
+            raise ApiError(
+                422,
+                f"records[{i}]: {len(record)} columns is over the limit of {cap} columns "
+                "(setting AIFAB_MAX_COLUMNS)",
+                param=f"records[{i}]",
+            )
+    try:
+        return RecordsIn.model_validate(payload)
+    except ValidationError as exc:
+        raise RequestValidationError(exc.errors()) from None
+
+
 def _sealer(request: Request) -> Any:
     from aifab.data import BackgroundSealer
 
@@ -47,9 +85,9 @@ def _sealer(request: Request) -> Any:
     return sealer
 
 
-@router.post("/v1/datasets/{name}/records")
+@router.post("/v1/datasets/{name}/records", openapi_extra=_OPENAPI)
 async def append_records(
-    name: str, body: RecordsIn, request: Request, principal: Principal = Depends(require("ingest"))
+    name: str, request: Request, principal: Principal = Depends(require("ingest"))
 ) -> JSONResponse:
     """Append records: counts of accepted/quarantined/pending rows and any sealed version."""
     from aifab.data.append import DEFAULT_BATCH_ROWS
@@ -63,6 +101,7 @@ async def append_records(
             "'aifab keys create --role client --datasets NAME|PREFIX*')",
             code="permission_denied",
         )
+    body = await asyncio.to_thread(_parse, await request.body())
     landed = await principal.call(append, name, body.records, seal=False)
     out = landed.to_dict()
     if not (landed.pending_rows and (body.flush or landed.pending_rows >= DEFAULT_BATCH_ROWS)):
