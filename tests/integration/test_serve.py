@@ -86,11 +86,12 @@ def env(
         sticky_header="X-User",
     )
     create_deployment("churn@staging", name="churn-alias")
-    bad_dir = _corrupt_copy(download_model("churn@1"), module_workspace.parent / "bad-model")
+    bad_dir = _corrupt_copy(download_model("churn@1"), module_workspace / "bad-model")
     create_deployment(str(bad_dir), name="broken")
     keys = {}
     for role in ("admin", "developer", "viewer", "client"):
-        record, secret = create_key(role, name=f"test-{role}", rate=None)
+        grants = "sensor*" if role == "client" else None  # pushes need a dataset grant
+        record, secret = create_key(role, name=f"test-{role}", rate=None, datasets=grants)
         keys[role] = {"id": record["id"], "secret": secret}
     record, secret = create_key("client", name="limited", rate="1/min")
     keys["limited"] = {"id": record["id"], "secret": secret}
@@ -411,7 +412,7 @@ def test_metrics_are_prometheus_text(env: dict[str, Any]) -> None:
     client = env["keys"]["client"]["id"]
     reqs = [
         s
-        for s in fam["aifab_requests"].samples
+        for s in fam["aifab_deployment_requests"].samples
         if s.labels["deployment"] == "churn" and s.labels["key"] == client
     ]
     assert sum(s.value for s in reqs if s.labels["status"] == "200") >= 3
@@ -422,8 +423,8 @@ def test_metrics_are_prometheus_text(env: dict[str, Any]) -> None:
     ]
     assert any(s.name.endswith("_bucket") for s in lat)
     assert next(s.value for s in lat if s.name.endswith("_count")) >= 4
-    errors = [s for s in fam["aifab_errors"].samples if s.labels["deployment"] == "churn"]
-    assert any(s.labels["code"] == "422" and s.value >= 1 for s in errors)
+    errors = [s for s in fam["aifab_errors"].samples if s.labels["route"].startswith("/v1/predict")]
+    assert any(s.labels["status"] == "422" and s.value >= 1 for s in errors)
     ready = {s.labels["deployment"]: s.value for s in fam["aifab_deployment_ready"].samples}
     assert ready["churn"] == 1.0 and ready["broken"] == 0.0
     assert "aifab_batch_size" in fam

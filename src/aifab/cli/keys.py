@@ -15,6 +15,7 @@ _KEY_COLUMNS = ["id", "name", "prefix", "role", "rate", "token_quota", "status",
 _ROLE_HELP = "admin (everything), developer (deploy, call, read), viewer (read), client (call)."
 _RATE_HELP = "Requests allowed, e.g. 600/min, 10/s, 1000/h, or none."
 _QUOTA_HELP = "Model tokens per UTC day, e.g. 100000/day, or none."
+_DATASETS_HELP = "Client keys: datasets it may push records to, e.g. 'sensors*,events' (none)."
 
 
 def _row(key: dict[str, Any]) -> dict[str, Any]:
@@ -38,13 +39,20 @@ def create_command(
     token_quota: str = typer.Option("none", "--token-quota", help=_QUOTA_HELP),
     team: str | None = typer.Option(None, "--team", help="Team charged for its traffic."),
     project: str | None = typer.Option(None, "--project", help="Project charged for it."),
+    datasets: str = typer.Option("", "--datasets", help=_DATASETS_HELP),
     as_json: bool = typer.Option(False, "--json", help=JSON_HELP),
 ) -> None:
     """Create a key and print its secret: it is stored hashed and cannot be shown again."""
     from aifab.serve.keys import create_key
 
     key, secret = create_key(
-        role, name=name, rate=rate, token_quota=token_quota, team=team, project=project
+        role,
+        name=name,
+        rate=rate,
+        token_quota=token_quota,
+        team=team,
+        project=project,
+        datasets=datasets,
     )
     if as_json:
         emit({**key, "secret": secret}, True)

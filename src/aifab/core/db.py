@@ -8,6 +8,7 @@ used unchanged.
 from __future__ import annotations
 
 import contextlib
+import os
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -47,11 +48,20 @@ def _sqlite_begin(conn: Any) -> None:
     conn.exec_driver_sql("BEGIN IMMEDIATE")
 
 
+def _create_private(path: Path) -> None:
+    """Create the SQLite file owner-only (its -wal and -shm files take its mode)."""
+    if not path.parent.exists():
+        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        os.chmod(path.parent, 0o700)
+    with contextlib.suppress(FileExistsError):
+        os.close(os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600))
+
+
 def _make_engine(url: str) -> Engine:
     if url.startswith("sqlite"):
         path = url.split("///", 1)[-1]
         if path and path != ":memory:":
-            Path(path).parent.mkdir(parents=True, exist_ok=True)
+            _create_private(Path(path))
         engine = create_engine(url, connect_args={"timeout": 60, "check_same_thread": False})
         event.listen(engine, "connect", _sqlite_pragmas)
         event.listen(engine, "begin", _sqlite_begin)

@@ -29,11 +29,27 @@ class Settings(BaseSettings):
     audit_key: SecretStr | None = Field(
         None, description="HMAC key of the audit chain (default: the workspace's audit.key file)."
     )
+    model_roots: str | None = Field(
+        None,
+        description="Directories (separated by ':') that deployments may load model directories "
+        "from; default: the workspace. Registry refs and builtins need none.",
+    )
+    max_columns: int = Field(
+        2048, ge=1, description="Most columns a pushed record or a dataset schema change may have."
+    )
 
     @property
     def resolved_home(self) -> Path:
         """The workspace directory as an absolute path."""
         return self.home.expanduser().resolve()
+
+    @property
+    def resolved_model_roots(self) -> tuple[Path, ...]:
+        """The directories model directories must be under, absolute."""
+        if not self.model_roots:
+            return (self.resolved_home,)
+        parts = [p for p in self.model_roots.split(os.pathsep) if p.strip()]
+        return tuple(Path(p).expanduser().resolve() for p in parts)
 
     @property
     def resolved_db_url(self) -> str:

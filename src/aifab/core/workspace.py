@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -65,9 +66,13 @@ class Workspace:
         return removed
 
     def ensure(self) -> Workspace:
-        """Create the workspace directories if missing and return self."""
+        """Create the workspace directories if missing (owner-only) and return self."""
+        if not self.root.exists():
+            # Key hashes and logged model inputs live here: only the owner may read them.
+            self.root.mkdir(mode=0o700, parents=True, exist_ok=True)
+            os.chmod(self.root, 0o700)  # mkdir's mode is filtered by the umask
         for name in _SUBDIRS:
-            (self.root / name).mkdir(parents=True, exist_ok=True)
+            (self.root / name).mkdir(mode=0o700, parents=True, exist_ok=True)
         return self
 
 

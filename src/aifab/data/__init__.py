@@ -32,11 +32,13 @@ from aifab.data.label import (
     submit_label,
 )
 from aifab.data.quarantine import count_quarantine, list_quarantine, quarantine
+from aifab.data.sealer import BackgroundSealer
 from aifab.data.splits import SplitSpec, split
 from aifab.data.validate import ExpectationSuite, ValidationReport, validate
 from aifab.data.verify import verify_lake
 
 __all__ = [
+    "BackgroundSealer",
     "CleanSpec",
     "CommitResult",
     "ExpectationSuite",

@@ -4,14 +4,17 @@ Each call lands its records durably as a small pending Parquet file (atomic rena
 is lost if the process dies. When enough rows are pending (or on ``flush``) the pending files are
 claimed by renaming them into a claim folder (only one process can win a rename), merged, and
 committed as a new version made of the previous version's objects plus one new object. A claim
-left by a dead process is handed back on the next flush.
+left by a dead process is handed back on the next flush. A batch whose commit keeps failing is
+set aside in ``failed/`` with its reason after a few attempts, so it is not retried forever.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import os
 import shutil
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,17 +23,23 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from aifab.core.atomic import atomic_path
-from aifab.core.errors import InvalidInputError, NotFoundError, first_line
+from aifab.core.atomic import atomic_path, atomic_write_text
+from aifab.core.errors import IntegrityError, InvalidInputError, NotFoundError, first_line
 from aifab.core.ids import new_id
+from aifab.core.settings import get_settings
 from aifab.core.workspace import get_workspace
 from aifab.data import lake
 from aifab.data.catalog import VersionInfo, commit_staged, resolve
 from aifab.data.quarantine import QuarantineItem, quarantine
 from aifab.data.refs import check_name
 
+log = logging.getLogger("aifab.data.append")
+
 #: Pending rows that trigger sealing a new version.
 DEFAULT_BATCH_ROWS = 1000
+#: Failed commits of a pending batch before it is set aside in ``failed/``.
+MAX_COMMIT_ATTEMPTS = 3
+_ATTEMPTS = "attempts.json"
 
 
 @dataclass(frozen=True)
@@ -102,12 +111,34 @@ def _to_table(
     return table, bad
 
 
+def _check_width(records: Sequence[Mapping[str, Any]], new_schema: bool) -> None:
+    """Refuse records (or a new schema) wider than ``AIFAB_MAX_COLUMNS``.
+
+    Width drives the cost of every later commit and profile, so it is bounded before any work.
+    """
+    cap = get_settings().max_columns
+    for i, rec in enumerate(records):
+        if isinstance(rec, Mapping) and len(rec) > cap:
+            raise InvalidInputError(
+                f"record {i}: {len(rec)} columns is over the limit of {cap} columns "
+                "(setting AIFAB_MAX_COLUMNS)"
+            )
+    if new_schema:
+        columns = set().union(*(rec for rec in records if isinstance(rec, Mapping)))
+        if len(columns) > cap:
+            raise InvalidInputError(
+                f"records: a new schema of {len(columns)} columns is over the limit of {cap} "
+                "columns (setting AIFAB_MAX_COLUMNS)"
+            )
+
+
 def append_records(
     name: str,
     records: Sequence[Mapping[str, Any]],
     *,
     batch_rows: int = DEFAULT_BATCH_ROWS,
     flush: bool = False,
+    seal: bool = True,
 ) -> AppendResult:
     """Append pushed records to dataset ``name``.
 
@@ -116,9 +147,14 @@ def append_records(
         records: JSON-like objects; those that do not fit the schema go to quarantine.
         batch_rows: seal a new version once this many rows are pending.
         flush: seal a version now, whatever is pending.
+        seal: False: only land the records; the caller seals (:func:`flush_appends`) when
+            ``pending_rows`` reaches ``batch_rows`` (the server does it off its request threads).
 
     Returns:
         Counts, and the version sealed by this call if any.
+
+    Raises:
+        InvalidInputError: a bad name, no records, or records over ``AIFAB_MAX_COLUMNS``.
     """
     check_name(name)
     if not records and not flush:
@@ -128,6 +164,7 @@ def append_records(
     schema = _pending_schema(pending) if latest is None else None
     if latest is not None:
         schema = pq.read_schema(lake.object_path(latest.objects[-1]))
+    _check_width(records, new_schema=schema is None)
     table, bad = _to_table(records, schema)
     if bad:
         quarantine(name, "append", bad, latest.id if latest else None)
@@ -136,7 +173,7 @@ def append_records(
             pq.write_table(table, tmp)
     rows = _count_rows(pending)
     sealed = None
-    if rows and (flush or rows >= batch_rows):
+    if seal and rows and (flush or rows >= batch_rows):
         sealed = flush_appends(name)
         rows = _count_rows(pending)
     return AppendResult(table.num_rows, len(bad), rows, sealed)
@@ -150,7 +187,16 @@ def _pending_schema(pending: Path) -> pa.Schema | None:
 def _count_rows(pending: Path) -> int:
     if not pending.exists():
         return 0
-    return sum(pq.read_metadata(f).num_rows for f in pending.glob("*.parquet"))
+    rows = 0
+    for f in pending.glob("*.parquet"):
+        try:
+            rows += pq.read_metadata(f).num_rows
+        except FileNotFoundError:
+            continue  # claimed meanwhile
+        except (OSError, pa.ArrowInvalid) as exc:
+            # An unreadable batch can never commit: set it aside now, not on every push.
+            _set_aside(pending, f, MAX_COMMIT_ATTEMPTS, first_line(exc))
+    return rows
 
 
 def _pid_alive(pid: int) -> bool:
@@ -191,6 +237,18 @@ def flush_appends(name: str) -> VersionInfo | None:
     if not files:
         claim.rmdir()
         return None
+    try:
+        version = _commit(name, files)
+    except Exception as exc:
+        _give_back(pending, claim, files, first_line(exc))
+        raise IntegrityError(
+            f"dataset {name!r}: sealing {len(files)} pending batch(es) failed: {first_line(exc)}"
+        ) from exc
+    shutil.rmtree(claim, ignore_errors=True)
+    return version
+
+
+def _commit(name: str, files: list[Path]) -> VersionInfo:
     con = lake.connect()
     staged = lake.staging_path()
     lake.copy_to_parquet(con, f"SELECT * FROM {lake.scan_sql_paths(files)}", staged)
@@ -205,5 +263,29 @@ def flush_appends(name: str) -> VersionInfo | None:
         base=base,
         con=con,
     )
-    shutil.rmtree(claim, ignore_errors=True)
     return result.version
+
+
+def _give_back(pending: Path, claim: Path, files: list[Path], reason: str) -> None:
+    """Return a failed claim's batches to pending, or set aside those out of attempts."""
+    path = pending / _ATTEMPTS
+    attempts: dict[str, int] = json.loads(path.read_text()) if path.exists() else {}
+    for f in files:
+        n = attempts.pop(f.name, 0) + 1
+        if n >= MAX_COMMIT_ATTEMPTS:
+            _set_aside(pending, f, n, reason)
+        else:
+            attempts[f.name] = n
+            os.replace(f, pending / f.name)
+    atomic_write_text(path, json.dumps(attempts))
+    shutil.rmtree(claim, ignore_errors=True)
+
+
+def _set_aside(pending: Path, batch: Path, attempts: int, reason: str) -> None:
+    """Move a batch that cannot be committed to ``failed/``, with why, for people to look at."""
+    failed = pending / "failed"
+    failed.mkdir(exist_ok=True)
+    os.replace(batch, failed / batch.name)
+    note = {"attempts": attempts, "reason": reason, "ts": time.time()}
+    atomic_write_text(failed / f"{batch.name}.json", json.dumps(note))
+    log.warning("pending batch %s of %s set aside: %s", batch.name, pending.name, reason)

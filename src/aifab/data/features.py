@@ -193,7 +193,7 @@ def load_feature_transform(ref: str | Path) -> FeatureTransform:
         return FeatureTransform.load(Path(text))
     with session_scope() as s:
         row = None
-        if _DIGEST.match(text):
+        if _DIGEST.fullmatch(text):
             rows = list(
                 s.scalars(
                     select(FeatureSetRow).where(FeatureSetRow.digest.startswith(text)).limit(2)

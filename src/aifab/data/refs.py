@@ -5,20 +5,15 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from aifab.core import names
 from aifab.core.errors import InvalidInputError
 
-_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,199}$")
 _HASH = re.compile(r"^[0-9a-f]{6,64}$")
 
 
 def check_name(name: str) -> str:
-    """Return ``name`` if it is a valid dataset name, else raise naming the rule."""
-    if not _NAME.match(name):
-        raise InvalidInputError(
-            f"invalid dataset name {name!r}: use letters, digits, '_', '-', '.' "
-            "(starting with a letter or digit, at most 200 characters)"
-        )
-    return name
+    """Return ``name`` if it is a valid dataset name (:data:`aifab.core.names.NAME`)."""
+    return names.check_name(name, "dataset")
 
 
 @dataclass(frozen=True)
@@ -46,7 +41,7 @@ def parse_ref(text: str) -> DatasetRef:
     digits = ver[1:] if ver[:1] in ("v", "V") else ver
     if digits.isdigit() and (ver[:1] in ("v", "V") or len(digits) < 6):
         return DatasetRef(name, version=int(digits))
-    if _HASH.match(ver):
+    if _HASH.fullmatch(ver):
         return DatasetRef(name, content_hash=ver)
     if digits.isdigit():
         return DatasetRef(name, version=int(digits))

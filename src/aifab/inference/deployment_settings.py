@@ -12,6 +12,8 @@ from pathlib import Path
 from typing import Any
 
 from aifab.core.errors import InvalidInputError
+from aifab.core.names import SLUG, SLUG_RULE, is_full_match
+from aifab.core.names import check_name as check_slug
 
 __all__ = [
     "BACKENDS",
@@ -22,12 +24,12 @@ __all__ = [
     "check_source",
     "default_name",
     "is_path",
+    "model_dir_under_roots",
 ]
 
 #: Sources that name a model shipped with a Python package rather than the registry.
 BUILTIN_MODELS = ("builtin:all-minilm-l6-v2",)
 BACKENDS = ("torch", "onnx")
-_NAME_RE = re.compile(r"^[a-z0-9][a-z0-9._-]{0,99}$")
 _HEADER_RE = re.compile(r"^[A-Za-z0-9!#$%&'*+.^_`|~-]{1,100}$")
 #: Settings ``update_deployment`` accepts (``canary=None`` removes the canary).
 SETTINGS = (
@@ -76,9 +78,7 @@ def check_source(source: str, field: str = "model") -> str:
     if is_path(source):
         if len(source) > 200:
             raise InvalidInputError(f"{field}: model directory path is over 200 characters")
-        path = Path(source).expanduser().resolve()
-        if not path.is_dir():
-            raise InvalidInputError(f"{field}: model directory {source!r} does not exist")
+        path = model_dir_under_roots(source, field)
         if len(str(path)) > 200:
             raise InvalidInputError(f"{field}: model directory path is over 200 characters")
         return str(path)
@@ -90,6 +90,27 @@ def check_source(source: str, field: str = "model") -> str:
     return source
 
 
+def model_dir_under_roots(source: str, field: str = "model") -> Path:
+    """The model directory ``source`` names, if it is under a configured model root.
+
+    A directory outside the roots (``AIFAB_MODEL_ROOTS``, default the workspace) gets the same
+    answer as a missing one, so callers cannot probe which server paths exist.
+
+    Raises:
+        InvalidInputError: not an existing directory under a model root.
+    """
+    from aifab.core.settings import get_settings
+
+    path = Path(source).expanduser().resolve()  # symlinks resolved: no escaping a root
+    roots = get_settings().resolved_model_roots
+    if not any(path.is_relative_to(root) for root in roots) or not path.is_dir():
+        raise InvalidInputError(
+            f"{field}: model directory {source!r} does not exist under the model roots "
+            "(AIFAB_MODEL_ROOTS, default the workspace); deploy a registry ref instead"
+        )
+    return path
+
+
 def default_name(source: str) -> str:
     """The deployment name a source gets by default: its model name, lower-cased."""
     if source.startswith("builtin:"):
@@ -99,19 +120,14 @@ def default_name(source: str) -> str:
     else:
         base = source.partition("@")[0]
     name = re.sub(r"[^a-z0-9._-]+", "-", base.lower()).strip("-._")[:100]
-    if not _NAME_RE.match(name):
+    if not is_full_match(SLUG, name):
         raise InvalidInputError(f"cannot derive a deployment name from {source!r}: give --name")
     return name
 
 
 def check_name(name: str) -> str:
     """Return ``name`` if it is a valid deployment name, else raise InvalidInputError."""
-    if not isinstance(name, str) or not _NAME_RE.match(name):
-        raise InvalidInputError(
-            f"name {name!r}: use lower-case letters, digits, '.', '_' and '-' (up to 100), "
-            "starting with a letter or digit"
-        )
-    return name
+    return check_slug(name, "deployment", pattern=SLUG, rule=SLUG_RULE)
 
 
 def _number(field: str, value: Any, lo: float, hi: float, *, integer: bool) -> Any:
@@ -134,7 +150,7 @@ def check_settings(s: dict[str, Any]) -> dict[str, Any]:
     if s["backend"] not in BACKENDS:
         raise InvalidInputError(f"backend {s['backend']!r}: use one of {', '.join(BACKENDS)}")
     header = s["sticky_header"]
-    if header is not None and (not isinstance(header, str) or not _HEADER_RE.match(header)):
+    if header is not None and (not isinstance(header, str) or not _HEADER_RE.fullmatch(header)):
         raise InvalidInputError(f"sticky_header {header!r}: not a valid HTTP header name")
     if s["canary"] is None and out["canary_weight"] > 0:
         raise InvalidInputError("canary_weight: there is no canary to send traffic to")

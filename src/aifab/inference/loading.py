@@ -141,7 +141,9 @@ def load_served_model(
     if source.startswith(_BUILTIN):
         ref, model_dir = source, _builtin_dir(source)
     elif _is_path(source):
-        ref, model_dir = source, Path(source).expanduser()
+        from aifab.inference.deployment_settings import model_dir_under_roots
+
+        ref, model_dir = source, model_dir_under_roots(source)
     else:
         from aifab.track.registry import download_model, resolve_model
 

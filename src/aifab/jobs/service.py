@@ -16,6 +16,7 @@ from aifab.core.config import as_config
 from aifab.core.db import session_scope
 from aifab.core.errors import ConflictError, InvalidInputError, NotFoundError
 from aifab.core.ids import new_id
+from aifab.core.names import SLUG, SLUG_RULE, check_name
 from aifab.jobs.admission import check_admission
 from aifab.jobs.detect import machine_resources
 from aifab.jobs.recipes import RECIPES
@@ -253,6 +254,7 @@ def create_queue(
     reclaimable: bool = True,
 ) -> dict[str, Any]:
     """Create a queue with a weight (fair share) and an optional capability (max in use)."""
+    check_name(name, "queue", pattern=SLUG, rule=SLUG_RULE)
     if weight <= 0:
         raise InvalidInputError(f"weight must be > 0, got {weight}")
     with session_scope() as s:

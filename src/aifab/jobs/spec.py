@@ -103,7 +103,7 @@ class JobSpec(StrictConfig):
     @field_validator("name")
     @classmethod
     def _name(cls, v: str) -> str:
-        if not _NAME.match(v):
+        if not _NAME.fullmatch(v):
             raise ValueError("use 1-63 lowercase letters, digits, '-', '_' or '.'")
         return v
 

@@ -16,6 +16,7 @@ from contextlib import asynccontextmanager
 from fastapi import FastAPI
 
 from aifab.serve.errors import install_error_handlers
+from aifab.serve.guard import RequestGuard
 from aifab.serve.metrics import Metrics
 
 log = logging.getLogger("aifab.serve")
@@ -78,6 +79,9 @@ def create_app(*, reconcile_interval_s: float = 1.0, request_log_sample: float =
             close = getattr(app.state.quota, "close", None)
             if close is not None:
                 close()
+            sealer = getattr(app.state, "sealer", None)  # started by the first push's seal
+            if sealer is not None:
+                sealer.close()
 
     app = FastAPI(
         title="aifab",
@@ -87,6 +91,7 @@ def create_app(*, reconcile_interval_s: float = 1.0, request_log_sample: float =
     )
     app.state.metrics = metrics
     install_error_handlers(app)
+    app.add_middleware(RequestGuard)
     for module in _ROUTERS:
         if importlib.util.find_spec(module) is None:
             log.warning("router %s is not installed; its routes are off", module)

@@ -22,13 +22,15 @@ from aifab.serve.errors import ApiError
 from aifab.serve.keys import PERMISSIONS, KeyInfo, authenticate, hash_secret
 from aifab.serve.limits import retry_after
 
-__all__ = ["KeyCache", "Principal", "forget_keys", "require"]
+__all__ = ["KeyCache", "Principal", "authorize_headers", "forget_keys", "require"]
 
 _ALL_PERMISSIONS = frozenset().union(*PERMISSIONS.values())
 _UNAUTHORIZED = {"WWW-Authenticate": "Bearer"}
 _bearer = HTTPBearer(auto_error=False, description="An aifab API key: `aifab keys create`.")
 _api_key = APIKeyHeader(name="X-API-Key", auto_error=False, description="An aifab API key.")
 _P = ParamSpec("_P")
+#: Set by :class:`aifab.serve.guard.RequestGuard` when it authenticated the request early.
+_PRINCIPAL_SCOPE_KEY = "aifab.principal"
 _R = TypeVar("_R")
 
 
@@ -152,6 +154,19 @@ def _authorize(request: Request, secret: str | None, permissions: tuple[str, ...
     return principal
 
 
+def authorize_headers(request: Request, permissions: tuple[str, ...]) -> Principal:
+    """:func:`require`'s check from the request's headers alone (the body is not read).
+
+    The request guard calls it before reading a large body; the route's dependency then
+    reuses the answer instead of checking (and counting against the rate limit) twice.
+    """
+    secret = request.headers.get("x-api-key")
+    scheme, _, credentials = request.headers.get("authorization", "").partition(" ")
+    if scheme.lower() == "bearer" and credentials.strip():
+        secret = credentials.strip()
+    return _authorize(request, secret, permissions)
+
+
 def require(*permissions: str) -> Callable[..., Awaitable[Principal]]:
     """A FastAPI dependency admitting keys whose role has any of ``permissions``.
 
@@ -176,8 +191,12 @@ def require(*permissions: str) -> Callable[..., Awaitable[Principal]]:
         bearer: HTTPAuthorizationCredentials | None = Depends(_bearer),
         api_key: str | None = Depends(_api_key),
     ) -> Principal:
+        checked = request.scope.get(_PRINCIPAL_SCOPE_KEY)
+        if checked is not None:  # the request guard checked the key before the body
+            return checked
         secret = bearer.credentials if bearer is not None else api_key
         return _authorize(request, secret, permissions)
 
     dependency.__name__ = "require_" + "_or_".join(permissions)
+    dependency.aifab_permissions = permissions  # type: ignore[attr-defined]
     return dependency

@@ -137,7 +137,8 @@ async def _validation_error(_: Request, exc: Exception) -> JSONResponse:
 
 async def _http_error(_: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, StarletteHTTPException)
-    return _response(exc.status_code, str(exc.detail), headers=exc.headers)
+    code = getattr(exc, "code", None)  # the request guard's refusals carry one
+    return _response(exc.status_code, str(exc.detail), code=code, headers=exc.headers)
 
 
 async def _unexpected(_: Request, exc: Exception) -> JSONResponse:

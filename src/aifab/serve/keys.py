@@ -7,9 +7,10 @@ leaked database leaks no usable key.
 from __future__ import annotations
 
 import hashlib
-import re
+import math
 import secrets
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -20,6 +21,7 @@ from aifab.core.audit import record_event
 from aifab.core.db import session_scope
 from aifab.core.errors import InvalidInputError, NotFoundError
 from aifab.core.ids import new_id
+from aifab.core.names import LABEL, NAME, is_full_match
 from aifab.serve.tables import ApiKeyRow
 
 __all__ = [
@@ -31,6 +33,8 @@ __all__ = [
     "get_key",
     "hash_secret",
     "list_keys",
+    "may_push",
+    "parse_datasets",
     "parse_quota",
     "parse_rate",
     "revoke_key",
@@ -61,9 +65,10 @@ _PER_MINUTE = {
     "d": 1 / 1440,
     "day": 1 / 1440,
 }
-_NAME_RE = re.compile(r"^[\w.\- ]{0,100}$")
 _NONE = ("none", "unlimited", "")
-_LABEL_RE = re.compile(r"^[\w.\-]{1,100}$")
+_LABEL_RE = re.compile(r"[\w.\-]{1,100}")
+#: The largest finite rate a key may have (one million requests a second).
+MAX_RATE_PER_MIN = 60_000_000.0
 
 
 @dataclass(frozen=True)
@@ -75,6 +80,8 @@ class KeyInfo:
     role: str
     rate_per_min: float | None
     token_quota_day: int | None
+    #: Dataset grants of a client key: names, or prefixes ending in ``*``.
+    datasets: tuple[str, ...] = ()
 
 
 def hash_secret(secret: str) -> str:
@@ -104,11 +111,55 @@ def parse_rate(rate: str | float | None) -> float | None:
             number = float(amount)
         except ValueError:
             number = -1.0
-    if unit not in _PER_MINUTE or not number > 0 or number == float("inf"):
+    if unit not in _PER_MINUTE or not number > 0:
         raise InvalidInputError(
             f"rate {rate!r}: expected N/s, N/min, N/h or N/day with N > 0, or 'none'"
         )
-    return number * _PER_MINUTE[unit]
+    per_min = number * _PER_MINUTE[unit]
+    # 1e308/s is finite but overflows to inf per minute; refuse it and absurd rates alike.
+    if not math.isfinite(per_min) or per_min > MAX_RATE_PER_MIN:
+        raise InvalidInputError(
+            f"rate {rate!r}: at most {MAX_RATE_PER_MIN / 60:g}/s; use 'none' for no limit"
+        )
+    return per_min
+
+
+def parse_datasets(datasets: str | Sequence[str] | None) -> tuple[str, ...]:
+    """Dataset grants: ``sensors*,events`` or a list; each a dataset name or a prefix + ``*``.
+
+    Raises:
+        InvalidInputError: a grant that is neither (``*`` alone grants every dataset).
+    """
+    if datasets is None:
+        return ()
+    items = datasets.split(",") if isinstance(datasets, str) else list(datasets)
+    grants: list[str] = []
+    for item in items:
+        grant = item.strip(" ") if isinstance(item, str) else item
+        if grant == "":
+            continue
+        if grant != "*" and not is_full_match(NAME, str(grant).removesuffix("*")):
+            raise InvalidInputError(
+                f"datasets: grant {grant!r} is not a dataset name or a prefix ending in '*'"
+            )
+        grants.append(str(grant))
+    if len(",".join(grants)) > 2000:
+        raise InvalidInputError("datasets: at most 2000 characters of grants")
+    return tuple(dict.fromkeys(grants))
+
+
+def may_push(key: KeyInfo, dataset: str) -> bool:
+    """Whether ``key`` may push records to ``dataset``.
+
+    Developers and admins push anywhere; client keys only to the datasets they were granted.
+    """
+    if key.role in ("admin", "developer"):
+        return True
+    if key.role != "client":
+        return False
+    return any(
+        dataset.startswith(g[:-1]) if g.endswith("*") else dataset == g for g in key.datasets
+    )
 
 
 def parse_quota(quota: str | int | None) -> int | None:
@@ -136,6 +187,10 @@ def parse_quota(quota: str | int | None) -> int | None:
     return value
 
 
+def _grants(row: ApiKeyRow) -> list[str]:
+    return [g for g in (row.datasets or "").split(",") if g]
+
+
 def _record(row: ApiKeyRow) -> dict[str, Any]:
     return {
         "id": row.id,
@@ -144,6 +199,7 @@ def _record(row: ApiKeyRow) -> dict[str, Any]:
         "role": row.role,
         "rate_per_min": row.rate_per_min,
         "token_quota_day": row.token_quota_day,
+        "datasets": _grants(row),
         "active": row.revoked_at is None,
         "created_by": row.created_by,
         "created_at": row.created_at,
@@ -162,6 +218,7 @@ def create_key(
     token_quota: str | int | None = None,
     team: str | None = None,
     project: str | None = None,
+    datasets: str | Sequence[str] | None = None,
 ) -> tuple[dict[str, Any], str]:
     """Create an API key.
 
@@ -172,6 +229,8 @@ def create_key(
         token_quota: model tokens per UTC day (see :func:`parse_quota`); None: unlimited.
         team: the team its traffic is charged to (cost ledger, budgets).
         project: the project its traffic is charged to.
+        datasets: client keys only: the datasets it may push records to (see
+            :func:`parse_datasets`); none by default.
 
     Returns:
         The key's record and its secret. The secret is not stored and cannot be shown again.
@@ -181,16 +240,21 @@ def create_key(
     """
     if role not in ROLES:
         raise InvalidInputError(f"role {role!r}: use one of {', '.join(ROLES)}")
-    if not isinstance(name, str) or not _NAME_RE.match(name):
+    if not is_full_match(LABEL, name):
         raise InvalidInputError(
             f"name {name!r}: up to 100 letters, digits, spaces, '.', '_' or '-'"
         )
     rate_per_min, quota = parse_rate(rate), parse_quota(token_quota)
     for field, value in (("team", team), ("project", project)):
-        if value is not None and not _LABEL_RE.match(value):
+        if value is not None and not _LABEL_RE.fullmatch(value):
             raise InvalidInputError(
                 f"{field} {value!r}: 1-100 letters, digits, '.', '_' or '-' (no spaces)"
             )
+    grants = parse_datasets(datasets)
+    if grants and role != "client":
+        raise InvalidInputError(
+            f"datasets: only client keys take dataset grants ({role} keys push to any dataset)"
+        )
     secret = SECRET_PREFIX + secrets.token_urlsafe(32)
     with session_scope() as s:
         row = ApiKeyRow(
@@ -201,6 +265,7 @@ def create_key(
             role=role,
             rate_per_min=rate_per_min,
             token_quota_day=quota,
+            datasets=",".join(grants) or None,
             created_by=current_actor(),
             created_at=time.time(),
             team=team,
@@ -208,8 +273,15 @@ def create_key(
         )
         s.add(row)
         s.flush()
-        params = {"name": row.name, "role": role, "rate_per_min": rate_per_min, "quota": quota}
-        params.update({"team": team, "project": project})
+        params = {
+            "name": row.name,
+            "role": role,
+            "rate_per_min": rate_per_min,
+            "quota": quota,
+            "datasets": list(grants),
+            "team": team,
+            "project": project,
+        }
         record_event(s, "key.create", f"key:{row.id}", params)
         return _record(row), secret
 
@@ -256,4 +328,6 @@ def authenticate(secret: str) -> KeyInfo | None:
         row = s.scalar(select(ApiKeyRow).where(ApiKeyRow.hash == hash_secret(secret)))
         if row is None or row.revoked_at is not None:
             return None
-        return KeyInfo(row.id, row.name, row.role, row.rate_per_min, row.token_quota_day)
+        return KeyInfo(
+            row.id, row.name, row.role, row.rate_per_min, row.token_quota_day, tuple(_grants(row))
+        )

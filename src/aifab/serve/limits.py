@@ -77,6 +77,16 @@ class RateLimiter:
             self._buckets[key_id] = (tokens, now)
         return (1.0 - tokens) / per_s
 
+    def remaining(self, key_id: str, rate_per_min: float) -> tuple[int, float]:
+        """Read-only: whole requests left in the key's bucket now, and seconds until it is full."""
+        per_s = rate_per_min / 60.0
+        capacity = max(1.0, per_s * BURST_SECONDS)
+        now = self._clock()
+        with self._lock:
+            tokens, last = self._buckets.get(key_id, (capacity, now))
+        tokens = min(capacity, tokens + (now - last) * per_s)
+        return int(tokens), (capacity - tokens) / per_s
+
 
 class TokenQuota:
     """Tokens used per key and UTC day, enforced against each key's daily quota.

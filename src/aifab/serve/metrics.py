@@ -1,5 +1,7 @@
 """The server's Prometheus metrics: requests, latency, batch sizes, tokens and errors.
 
+Every response is counted by route template, method and status (the request guard middleware
+sees all of them, 401s and 404s included); model routes add per-deployment and per-key counts.
 Every metric lives on the app's own registry (several apps in one process do not collide).
 Label children are bound once per label tuple and cached: ``labels()`` costs a lock and a
 dict lookup per call, which is measurable on the request path.
@@ -10,7 +12,17 @@ from __future__ import annotations
 import contextlib
 from typing import Any
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client import (
+    GC_COLLECTOR,
+    PLATFORM_COLLECTOR,
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    ProcessCollector,
+    disable_created_metrics,
+    generate_latest,
+)
 
 __all__ = ["LATENCY_BUCKETS", "Metrics"]
 
@@ -34,6 +46,11 @@ LATENCY_BUCKETS = (
     30.0,
 )
 BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
+#: Seconds between streamed tokens (and to the first one).
+TOKEN_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
+
+# Each counter's ``_created`` twin doubles the series and says nothing a scrape needs.
+disable_created_metrics()
 
 
 class Metrics:
@@ -44,8 +61,44 @@ class Metrics:
         r = self.registry
         self.requests = Counter(
             "aifab_requests",
-            "Requests answered, by deployment, route, HTTP status and API key id.",
+            "Every response, by route template, method and HTTP status.",
+            ["route", "method", "status"],
+            registry=r,
+        )
+        self.errors = Counter(
+            "aifab_errors",
+            "Responses with a 4xx or 5xx status, by route template, method and HTTP status.",
+            ["route", "method", "status"],
+            registry=r,
+        )
+        self.duration = Histogram(
+            "aifab_http_request_duration_seconds",
+            "Time from a request's arrival to its answer, by route template and method.",
+            ["route", "method"],
+            buckets=LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.in_flight = Gauge(
+            "aifab_requests_in_flight", "Requests being answered now.", registry=r
+        )
+        self.deployment_requests = Counter(
+            "aifab_deployment_requests",
+            "Model requests answered, by deployment, route, HTTP status and API key id.",
             ["deployment", "route", "status", "key"],
+            registry=r,
+        )
+        self.ttft = Histogram(
+            "aifab_time_to_first_token_seconds",
+            "Streamed completions: time from the request to its first token, by deployment.",
+            ["deployment"],
+            buckets=TOKEN_BUCKETS,
+            registry=r,
+        )
+        self.inter_token = Histogram(
+            "aifab_inter_token_latency_seconds",
+            "Streamed completions: time between consecutive tokens, by deployment.",
+            ["deployment"],
+            buckets=TOKEN_BUCKETS,
             registry=r,
         )
         self.latency = Histogram(
@@ -68,18 +121,15 @@ class Metrics:
             ["deployment", "key", "kind"],
             registry=r,
         )
-        self.errors = Counter(
-            "aifab_errors",
-            "Requests answered with an error status, by deployment, route and status code.",
-            ["deployment", "route", "code"],
-            registry=r,
-        )
         self.ready = Gauge(
             "aifab_deployment_ready",
             "1 when the deployment is loaded and serving, else 0.",
             ["deployment"],
             registry=r,
         )
+        ProcessCollector(registry=r)
+        r.register(PLATFORM_COLLECTOR)
+        r.register(GC_COLLECTOR)
         self._children: dict[tuple[Any, ...], Any] = {}
 
     def _child(self, metric: Any, labels: tuple[str, ...]) -> Any:
@@ -89,15 +139,24 @@ class Metrics:
             child = self._children[key] = metric.labels(*labels)
         return child
 
+    def observe_response(self, route: str, method: str, status: int, latency_s: float) -> None:
+        """Count one HTTP response (any route, any status) and its duration."""
+        code = str(status)
+        self._child(self.requests, (route, method, code)).inc()
+        self._child(self.duration, (route, method)).observe(latency_s)
+        if status >= 400:
+            self._child(self.errors, (route, method, code)).inc()
+
     def observe_request(
         self, deployment: str, route: str, status: int, key: str, latency_s: float
     ) -> None:
-        """Count one answered request and its latency (errors counted separately too)."""
-        code = str(status)
-        self._child(self.requests, (deployment, route, code, key)).inc()
+        """Count one model request by deployment and key, and its latency."""
+        self._child(self.deployment_requests, (deployment, route, str(status), key)).inc()
         self._child(self.latency, (deployment, route)).observe(latency_s)
-        if status >= 400:
-            self._child(self.errors, (deployment, route, code)).inc()
+
+    def observe_token(self, deployment: str, gap_s: float, *, first: bool) -> None:
+        """Record a streamed token: the time to the first one, or since the previous one."""
+        self._child(self.ttft if first else self.inter_token, (deployment,)).observe(gap_s)
 
     def observe_batch(self, deployment: str, size: int) -> None:
         """Record the size of one model call."""

@@ -150,6 +150,8 @@ async def sse_events(
     stop = threading.Event()
     status, received = CLIENT_CLOSED, 0
     prompt = completion = None
+    metrics = getattr(request.app.state, "metrics", None)
+    last = started
     try:
         if done.kind == "chat":
             yield _event(done.chunk(first=True))
@@ -157,6 +159,10 @@ async def sse_events(
             yield _event(done.chunk(done.echo))
         async for piece in _chunks(target.handler, item, stop, deployment):
             received += 1
+            if metrics is not None and piece.text:
+                now = time.perf_counter()
+                metrics.observe_token(deployment, now - last, first=last == started)
+                last = now
             if piece.finish_reason is not None:
                 prompt, completion = piece.prompt_tokens, piece.completion_tokens
                 if piece.text:

@@ -7,7 +7,10 @@ import threading
 
 log = logging.getLogger("aifab.serve")
 
-__all__ = ["serve"]
+__all__ = ["SHUTDOWN_GRACE_S", "serve"]
+
+#: Seconds a stop waits for requests in flight and for the jobs worker before going anyway.
+SHUTDOWN_GRACE_S = 5
 
 
 def serve(
@@ -50,6 +53,9 @@ def serve(
         # Longer than uvicorn's 5 s: pooled clients reusing an idle connection just as the
         # server closes it see a read error; 75 s is what common proxies use.
         timeout_keep_alive=75,
+        # SIGTERM waits this long for requests in flight (a stalled upload, a long model call),
+        # then cancels them: a stop must not wait on a client.
+        timeout_graceful_shutdown=SHUTDOWN_GRACE_S,
     )
     server = uvicorn.Server(config)
     stop = threading.Event()
@@ -59,7 +65,7 @@ def serve(
     finally:
         stop.set()
         if thread is not None:
-            thread.join(timeout=60.0)
+            thread.join(timeout=SHUTDOWN_GRACE_S)
 
 
 def _start_worker(stop: threading.Event) -> threading.Thread:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 
-from sqlalchemy import Float, Integer, String
+from sqlalchemy import Float, Integer, String, Text
 from sqlalchemy.orm import Mapped, mapped_column
 
 from aifab.core.db import Base
@@ -26,6 +26,9 @@ class ApiKeyRow(Base):
     rate_per_min: Mapped[float | None] = mapped_column(Float)
     #: Model tokens per UTC day, or ``None``: unlimited.
     token_quota_day: Mapped[int | None] = mapped_column(Integer)
+    #: Client keys: comma-separated datasets (``name``, or a prefix ending in ``*``) they may
+    #: push records to; ``None``/empty: none. Developers and admins push anywhere.
+    datasets: Mapped[str | None] = mapped_column(Text)
     created_by: Mapped[str] = mapped_column(String(100), nullable=False, default="")
     created_at: Mapped[float] = mapped_column(Float, nullable=False, default=time.time)
     revoked_at: Mapped[float | None] = mapped_column(Float)

@@ -92,7 +92,7 @@ def check_name(name: str, kind: str) -> str:
     if not isinstance(name, str) or not name or len(name) > MAX_KEY_LENGTH:
         raise InvalidInputError(f"{kind} name {name!r}: must be 1-{MAX_KEY_LENGTH} characters")
     norm = posixpath.normpath(name)
-    if not _NAME_RE.match(name) or norm != name or norm.startswith(("..", "/")):
+    if not _NAME_RE.fullmatch(name) or norm != name or norm.startswith(("..", "/")):
         raise InvalidInputError(
             f"{kind} name {name!r}: use letters, digits, _ - . : / and spaces, "
             "no leading '/', '..' or '//'"

@@ -14,24 +14,19 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from aifab.core import names
 from aifab.core.audit import audited
 from aifab.core.errors import InvalidInputError, NotFoundError
 from aifab.core.ids import digest
 from aifab.core.workspace import get_workspace
 from aifab.track.tracking import get_client, translate_error
 
-_NAME_RE = re.compile(r"^[A-Za-z0-9][\w.\-]{0,199}$")
 _ALIAS_RE = re.compile(r"^[A-Za-z_][\w\-]{0,99}$")
 _VERSION_LIKE = re.compile(r"^[vV]?\d+$")
 
 
 def _check_model_name(name: str) -> str:
-    if not _NAME_RE.match(name):
-        raise InvalidInputError(
-            f"model name {name!r}: use letters, digits, '_', '-' and '.', starting with a letter "
-            "or digit"
-        )
-    return name
+    return names.check_name(name, "model")
 
 
 def parse_ref(ref: str) -> tuple[str, str | None]:
@@ -198,7 +193,7 @@ def set_alias(name: str, alias: str, version: int | str) -> dict[str, Any]:
         InvalidInputError: a malformed alias (or one that looks like a version number).
         NotFoundError: the model or version does not exist.
     """
-    if not _ALIAS_RE.match(alias) or _VERSION_LIKE.match(alias) or alias == "latest":
+    if not _ALIAS_RE.fullmatch(alias) or _VERSION_LIKE.fullmatch(alias) or alias == "latest":
         raise InvalidInputError(
             f"alias {alias!r}: use letters, digits, '_' and '-', not 'latest' or a version number"
         )
@@ -271,7 +266,7 @@ def attach_export(ref: str, local_dir: Path | str, fmt: str) -> str:
     """
     from mlflow.exceptions import MlflowException
 
-    if not _EXPORT_FORMAT_RE.match(fmt):
+    if not _EXPORT_FORMAT_RE.fullmatch(fmt):
         raise InvalidInputError(f"format {fmt!r}: use lowercase letters, digits and '-'")
     local = Path(local_dir)
     if not local.is_dir():

@@ -88,6 +88,7 @@ def test_sources_builtin_and_directory(tmp_path: Path, monkeypatch: pytest.Monke
     model_dir = tmp_path / "My_Model"
     model_dir.mkdir()
     monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("AIFAB_MODEL_ROOTS", str(tmp_path))
     dep = create_deployment("./My_Model", backend="onnx", options={"max_request_items": 10})
     assert dep["name"] == "my_model" and dep["model"] == str(model_dir)
     assert dep["backend"] == "onnx" and dep["options"] == {"max_request_items": 10}

@@ -105,7 +105,8 @@ def test_deploy_from_a_register_step_pins_the_new_version(run_id: str) -> None:
     assert get_deployment("fresh")["model"] == registered != "churny@1"
 
 
-def test_a_model_directory_and_options(tmp_path: Path) -> None:
+def test_a_model_directory_and_options(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("AIFAB_MODEL_ROOTS", str(tmp_path))
     (tmp_path / "lm").mkdir()
     spec = _pipeline(_deploy(model=str(tmp_path / "lm"), options={"max_tokens_limit": 64}))
     assert run_pipeline(spec).ok

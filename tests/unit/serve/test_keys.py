@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+from typing import Any
 
 import pytest
 from sqlalchemy import select
@@ -53,7 +54,10 @@ def test_parse_rate(text: object, per_min: float | None) -> None:
         assert result == pytest.approx(per_min)
 
 
-@pytest.mark.parametrize("bad", ["0/min", "-5/min", "ten/min", "5/fortnight", "inf/min", "/min"])
+@pytest.mark.parametrize(
+    "bad",
+    ["0/min", "-5/min", "ten/min", "5/fortnight", "inf/min", "/min", "1e308/s", "nan/s", "1e12/s"],
+)
 def test_parse_rate_rejects(bad: str) -> None:
     with pytest.raises(InvalidInputError, match="rate"):
         parse_rate(bad)
@@ -126,3 +130,37 @@ def test_changes_are_audited_without_the_secret() -> None:
         ("key.create", f"key:{key['id']}"),
     ]
     assert all(secret not in d for _, _, d in events)
+
+
+def test_dataset_grants_of_client_keys() -> None:
+    from aifab.serve.keys import may_push, parse_datasets
+
+    assert parse_datasets("sensors*, events,") == ("sensors*", "events")
+    record, secret = create_key("client", name="iot", datasets="sensors*,events")
+    assert record["datasets"] == ["sensors*", "events"]
+    key = authenticate(secret)
+    assert key is not None and key.datasets == ("sensors*", "events")
+    assert may_push(key, "sensors_hall") and may_push(key, "events")
+    assert not may_push(key, "events2") and not may_push(key, "payroll")
+    _, bare = create_key("client", name="bare")
+    bare_key = authenticate(bare)
+    assert bare_key is not None and not may_push(bare_key, "sensors")
+    _, dev = create_key("developer")
+    dev_key = authenticate(dev)
+    assert dev_key is not None and may_push(dev_key, "payroll")
+
+
+@pytest.mark.parametrize("bad", ["x\n", "../etc", "a b*", "**"])
+def test_dataset_grants_are_validated(bad: str) -> None:
+    with pytest.raises(InvalidInputError, match="datasets"):
+        create_key("client", datasets=bad)
+    with pytest.raises(InvalidInputError, match="only client keys"):
+        create_key("developer", datasets="sensors*")
+
+
+def test_cli_creates_a_key_with_grants(cli: Any) -> None:
+    result = cli("keys", "create", "--role", "client", "--datasets", "sensors*", "--json")
+    assert result.exit_code == 0, result.stderr
+    assert '"sensors*"' in result.stdout
+    bad = cli("keys", "create", "--role", "client", "--datasets", "a b")
+    assert bad.exit_code == 2 and "datasets" in bad.stderr

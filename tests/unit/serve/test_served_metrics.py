@@ -57,12 +57,10 @@ def test_metrics_render_parses() -> None:
     fams = {f.name: f for f in text_string_to_metric_families(m.render().decode())}
     reqs = {
         s.labels["status"]: s.value
-        for s in fams["aifab_requests"].samples
-        if s.name == "aifab_requests_total"
+        for s in fams["aifab_deployment_requests"].samples
+        if s.name == "aifab_deployment_requests_total"
     }
     assert reqs == {"200": 1.0, "422": 1.0}
-    errors = [s for s in fams["aifab_errors"].samples if s.name == "aifab_errors_total"]
-    assert [(s.labels["code"], s.value) for s in errors] == [("422", 1.0)]
     tokens = {
         s.labels["kind"]: s.value
         for s in fams["aifab_tokens"].samples
@@ -73,4 +71,24 @@ def test_metrics_render_parses() -> None:
     assert batch["aifab_batch_size_sum"] == 5.0
     assert fams["aifab_deployment_ready"].samples[0].value == 1.0
     # Another app's metrics are separate (own registry).
-    assert b"aifab_requests_total{" not in Metrics().render()
+    assert b"aifab_deployment_requests_total{" not in Metrics().render()
+
+
+def test_every_response_is_counted_by_route_method_and_status() -> None:
+    m = Metrics()
+    m.observe_response("/v1/keys", "POST", 401, 0.001)
+    m.observe_response("/v1/keys", "POST", 201, 0.002)
+    m.observe_token("lm", 0.05, first=True)
+    m.observe_token("lm", 0.01, first=False)
+    fams = {f.name: f for f in text_string_to_metric_families(m.render().decode())}
+    reqs = {
+        (s.labels["route"], s.labels["method"], s.labels["status"]): s.value
+        for s in fams["aifab_requests"].samples
+    }
+    assert reqs == {("/v1/keys", "POST", "401"): 1.0, ("/v1/keys", "POST", "201"): 1.0}
+    errors = [(s.labels["status"], s.value) for s in fams["aifab_errors"].samples]
+    assert errors == [("401", 1.0)]
+    assert fams["aifab_time_to_first_token_seconds"].samples
+    assert fams["aifab_inter_token_latency_seconds"].samples
+    assert "process_resident_memory_bytes" in fams
+    assert not any(s.name.endswith("_created") for f in fams.values() for s in f.samples)

@@ -25,6 +25,9 @@ class KeyCreate(BaseModel):
     token_quota: int | str | None = Field(
         None, description="Model tokens per UTC day (N or N/day)."
     )
+    datasets: list[str] | str | None = Field(
+        None, description="Client keys: datasets it may push to (names or prefixes ending in *)."
+    )
 
 
 @router.get("")
@@ -39,7 +42,12 @@ async def create_key(
 ) -> dict[str, Any]:
     """Create a key; ``key`` in the answer is the secret, shown this once."""
     record, secret = await principal.call(
-        svc.create_key, body.role, name=body.name, rate=body.rate, token_quota=body.token_quota
+        svc.create_key,
+        body.role,
+        name=body.name,
+        rate=body.rate,
+        token_quota=body.token_quota,
+        datasets=body.datasets,
     )
     return {**record, "key": secret}
 

@@ -89,6 +89,8 @@ async def predict(
             payload = json.loads(body)
         except (ValueError, UnicodeDecodeError) as exc:
             raise ApiError(400, f"malformed JSON: {exc}") from None
+        except RecursionError:
+            raise ApiError(400, "malformed JSON: nested too deeply") from None
         if not isinstance(payload, dict):
             raise ApiError(422, "body: expected an object with 'records' or 'rows'", param="body")
         try:
