@@ -5,7 +5,8 @@ sampled request log, token counts) whatever the outcome; ``record`` does the rec
 for routes that answer otherwise (streaming) or fail before ``invoke`` (decode errors).
 Token counts come from outputs that carry ``prompt_tokens`` / ``completion_tokens``
 (language-model results), so routes need not count them again; ``record`` adds them to the
-metrics and to the key's daily token quota (``app.state.quota``).
+metrics and to the key's daily token quota (``app.state.quota``); a route that reserved the
+request's most tokens first (:func:`reserve`) has the reservation settled to them instead.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from aifab.serve.errors import ApiError, as_api_error
 
 log = logging.getLogger("aifab.serve")
 
-__all__ = ["invoke", "key_id", "record", "route_name"]
+__all__ = ["invoke", "key_id", "needs_reservation", "record", "reserve", "route_name"]
 
 #: At most this many items of one request go into its request-log entry.
 LOG_ITEMS = 100
@@ -38,6 +39,28 @@ def route_name(request: Request) -> str:
     """The route's path template (``/v1/predict/{deployment}``): few label values."""
     route = request.scope.get("route")
     return str(getattr(route, "path", None) or request.url.path)
+
+
+def needs_reservation(request: Request) -> bool:
+    """Whether the caller's key has a token quota (so its requests reserve tokens first)."""
+    principal = getattr(request.state, "principal", None)
+    key = getattr(principal, "key", None)
+    quota = getattr(request.app.state, "quota", None)
+    return quota is not None and getattr(key, "token_quota_day", None) is not None
+
+
+def reserve(request: Request, tokens: int) -> None:
+    """Hold the most tokens this request may use against its key's quota.
+
+    It writes to the metadata DB, so call it off the event loop; :func:`record` settles the
+    reservation to the tokens really used.
+
+    Raises:
+        ApiError: 429 naming the quota when the reservation does not fit.
+    """
+    if not needs_reservation(request):
+        return
+    request.state.reservation = request.app.state.quota.reserve(request.state.principal.key, tokens)
 
 
 def record(
@@ -78,7 +101,11 @@ def record(
             metrics.add_tokens(deployment, key, prompt_tokens, completion_tokens)
     tokens = prompt_tokens + completion_tokens
     quota = getattr(state, "quota", None)
-    if tokens and quota is not None and key != "-":
+    reservation = getattr(request.state, "reservation", None)
+    if reservation is not None and quota is not None:
+        request.state.reservation = None  # settled once, whatever else records later
+        quota.settle(reservation, tokens)
+    elif tokens and quota is not None and key != "-":
         quota.add(key, tokens)
     logger = getattr(state, "request_log", None)
     if logger is not None:  # it samples successes itself
@@ -161,7 +188,7 @@ async def _submit(request: Request, served: Any, target: Any, items: list[Any]) 
 
     for _ in range(3):
         try:
-            result: list[Any] = await target.batcher.submit(items)
+            result: list[Any] = await target.batcher.submit(items, key=key_id(request))
             return result
         except BatcherClosedError:
             manager = getattr(request.app.state, "manager", None)
