@@ -48,13 +48,22 @@ def create_app(*, reconcile_interval_s: float = 1.0, request_log_sample: float =
     from aifab.serve.manager import DeploymentManager
 
     metrics = Metrics()
+    from prometheus_client import Counter
+
+    log_dropped = Counter(
+        "aifab_request_log_dropped",
+        "Request-log entries dropped because the writer fell behind (the queue was full).",
+        registry=metrics.registry,
+    )
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         from aifab.core.db import get_engine
 
         get_engine()  # a fresh workspace gets its schema before the first query
-        app.state.request_log = RequestLogger(sample_rate=request_log_sample)
+        app.state.request_log = RequestLogger(
+            sample_rate=request_log_sample, on_drop=log_dropped.inc
+        )
         app.state.limiter = RateLimiter()
         app.state.quota = TokenQuota()
         manager = DeploymentManager(

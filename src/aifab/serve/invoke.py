@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from fastapi import Request
@@ -27,6 +27,8 @@ __all__ = ["invoke", "key_id", "needs_reservation", "record", "reserve", "route_
 
 #: At most this many items of one request go into its request-log entry.
 LOG_ITEMS = 100
+#: A request-log input or output, or a function making it (called only for kept entries).
+LogField = Mapping[str, Any] | Callable[[], Mapping[str, Any]] | None
 
 
 def key_id(request: Request) -> str:
@@ -71,8 +73,8 @@ def record(
     started: float,
     model: str | None = None,
     route: str | None = None,
-    input: Mapping[str, Any] | None = None,
-    output: Mapping[str, Any] | None = None,
+    input: LogField = None,
+    output: LogField = None,
     prompt_tokens: int = 0,
     completion_tokens: int = 0,
 ) -> None:
@@ -85,8 +87,10 @@ def record(
         started: ``time.perf_counter()`` when the route began.
         model: the ``name@version`` that answered, if one did.
         route: metric/log label; defaults to the route's path template.
-        input: request-log input (features, or ``{"prompt_tokens": n}``).
-        output: request-log output (prediction, or ``{"completion_tokens": n}``).
+        input: request-log input (features, or ``{"prompt_tokens": n}``), or a function
+            making it: it is called only when the entry is sampled in.
+        output: request-log output (prediction, or ``{"completion_tokens": n}``), or a
+            function making it.
         prompt_tokens: prompt tokens used (language models).
         completion_tokens: generated tokens (language models).
     """
@@ -108,8 +112,8 @@ def record(
     elif tokens and quota is not None and key != "-":
         quota.add(key, tokens)
     logger = getattr(state, "request_log", None)
-    if logger is not None:  # it samples successes itself
-        logger.log(
+    if logger is not None and logger.wants(status):  # build the entry only when it is kept
+        logger.append(
             {
                 "ts": time.time(),
                 "deployment": deployment,
@@ -118,11 +122,17 @@ def record(
                 "route": route,
                 "status": status,
                 "latency_ms": latency * 1000.0,
-                "input": dict(input) if input is not None else None,
-                "output": dict(output) if output is not None else None,
+                "input": _field(input),
+                "output": _field(output),
                 "tokens": tokens,
             }
         )
+
+
+def _field(value: LogField) -> dict[str, Any] | None:
+    if value is None:
+        return None
+    return dict(value() if callable(value) else value)
 
 
 async def invoke(
@@ -165,8 +175,6 @@ async def invoke(
         record(request, name, status=500, started=started, model=target.model, route=route)
         raise ApiError(500, f"model {target.model} failed on this request") from None
     prompt, completion = _tokens(outputs)
-    if input is None:
-        input = _log_input(items, prompt)
     record(
         request,
         name,
@@ -174,8 +182,8 @@ async def invoke(
         started=started,
         model=target.model,
         route=route,
-        input=input,
-        output=_log_output(outputs, completion),
+        input=input if input is not None else lambda: _log_input(items, prompt),
+        output=lambda: _log_output(outputs, completion),
         prompt_tokens=prompt,
         completion_tokens=completion,
     )
