@@ -65,6 +65,9 @@ class _Unsupported(Exception):
 
 def _numbers(arr: pa.Array) -> tuple[np.ndarray, np.ndarray]:
     """``CAST(x AS DOUBLE)`` as float64 values and a NULL mask."""
+    if not arr.null_count:  # numpy's int -> float64 rounds as DuckDB's CAST does
+        x = np.asarray(arr.to_numpy(zero_copy_only=False), dtype=np.float64)
+        return x, np.zeros(len(x), dtype=bool)
     nulls = np.asarray(arr.is_null(), dtype=bool)
     x = pc.cast(arr, pa.float64()).fill_null(0.0).to_numpy(zero_copy_only=False)
     return np.asarray(x, dtype=np.float64), nulls
