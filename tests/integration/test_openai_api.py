@@ -497,3 +497,24 @@ def test_fuzzed_bodies_never_500(case: Any, env: dict[str, Any]) -> None:
         assert "error" in response.json(), response.text[:500]
     elif "text/event-stream" in str(response.headers.get("content-type")):
         assert response.text.rstrip().endswith("data: [DONE]") or '"error"' in response.text
+
+
+def test_a_many_prompt_completion_does_not_block_another_key(env: dict[str, Any]) -> None:
+    import concurrent.futures
+
+    finished: list[str] = []
+
+    def many() -> None:
+        _sdk(env, env["keys"]["client"]).completions.create(
+            model="tiny", prompt=[PROMPT] * 64, max_tokens=40, temperature=0
+        )
+        finished.append("many")
+
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        job = pool.submit(many)
+        time.sleep(0.3)  # the 64 prompts are queued (in chunks) and running
+        other = _sdk(env, env["keys"]["other"])
+        other.completions.create(model="tiny", prompt=PROMPT, max_tokens=2)
+        finished.append("one")
+        job.result()
+    assert finished == ["one", "many"]
