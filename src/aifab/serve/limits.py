@@ -18,7 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import CursorResult, update
+from sqlalchemy import CursorResult, select, update
 from sqlalchemy.exc import IntegrityError
 
 from aifab.core.db import session_scope
@@ -118,6 +118,7 @@ class TokenQuota:
         self._clock = clock
         self._used: dict[tuple[str, str], int] = {}  # (key, day) -> tokens (DB + pending)
         self._pending: dict[tuple[str, str], list[float]] = {}  # -> [tokens, requests, last]
+        self._rows: set[tuple[str, str]] = set()  # key_usage rows known to exist
         self._lock = threading.Lock()
         self._wake = threading.Event()
         self._closed = False
@@ -166,14 +167,17 @@ class TokenQuota:
         tokens = max(0, int(tokens))
         with self._lock:  # unflushed usage of this process counts too
             local = int(self._pending.get((key.id, day), [0, 0, 0])[0])
+        slot = (key.id, day)
         with session_scope() as s:
-            if s.get(KeyUsageRow, (key.id, day)) is None:
-                try:
-                    with s.begin_nested():
-                        s.add(KeyUsageRow(key_id=key.id, day=day, tokens=0, requests=0))
-                except IntegrityError:
-                    pass  # another process made the row meanwhile
-            held: CursorResult[Any] = s.execute(  # type: ignore[assignment]
+            if slot not in self._rows:
+                if s.get(KeyUsageRow, slot) is None:
+                    try:
+                        with s.begin_nested():
+                            s.add(KeyUsageRow(key_id=key.id, day=day, tokens=0, requests=0))
+                    except IntegrityError:
+                        pass  # another process made the row meanwhile
+                self._rows.add(slot)  # rows are never deleted: one check per key and day
+            held = s.execute(
                 update(KeyUsageRow)
                 .where(
                     KeyUsageRow.key_id == key.id,
@@ -181,10 +185,21 @@ class TokenQuota:
                     KeyUsageRow.tokens + (local + tokens) <= key.token_quota_day,
                 )
                 .values(tokens=KeyUsageRow.tokens + tokens)
-            )
-            ok = bool(held.rowcount)
-            row = s.get(KeyUsageRow, (key.id, day), populate_existing=True)
-            stored = row.tokens if row is not None else 0
+                .returning(KeyUsageRow.tokens)
+                .execution_options(synchronize_session=False)  # no ORM objects to refresh
+            ).first()
+            ok = held is not None
+            if held is not None:
+                stored = int(held[0])
+            else:
+                stored = int(
+                    s.scalar(
+                        select(KeyUsageRow.tokens).where(
+                            KeyUsageRow.key_id == key.id, KeyUsageRow.day == day
+                        )
+                    )
+                    or 0
+                )
         with self._lock:
             self._used[(key.id, day)] = max(self._used.get((key.id, day), 0), stored + local)
         if not ok:
