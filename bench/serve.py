@@ -82,7 +82,7 @@ def floor_app() -> Any:
     import pyarrow as pa
     from safetensors.numpy import load_file
 
-    from aifab.data.feature_eval import _ARROW
+    from aifab.data.feature_eval import ARROW_TYPES
     from aifab.data.feature_transform import FeatureTransform
     from aifab.models.checkpoint import read_sidecar
     from aifab.models.inputs import numeric_matrix
@@ -92,7 +92,7 @@ def floor_app() -> Any:
     pre = read_sidecar(model_dir)["meta"]["preprocess"]
     ft = FeatureTransform.load(model_dir / pre["feature_transform"]["file"])
     used = {f.column for f in ft.spec.features}
-    types = {c["name"]: _ARROW[c["type"]] for c in ft.input_schema if c["name"] in used}
+    types = {c["name"]: ARROW_TYPES[c["type"]] for c in ft.input_schema if c["name"] in used}
     weights = load_file(str(model_dir / "model.safetensors"))
     layers = [(weights[f"{i}.weight"].T, weights[f"{i}.bias"]) for i in (0, 2, 4)]
     features, classes = list(pre["features"]), list(pre["classes"])

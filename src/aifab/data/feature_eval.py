@@ -35,10 +35,10 @@ from aifab.data.feature_spec import (
 )
 from aifab.data.feature_text import tfidf_function
 
-__all__ = ["CompiledTransform", "compile_transform"]
+__all__ = ["ARROW_TYPES", "CompiledTransform", "compile_transform", "md5_bucket"]
 
 #: DuckDB input types the evaluator reads, as the Arrow types DuckDB hands back.
-_ARROW: dict[str, pa.DataType] = {
+ARROW_TYPES: dict[str, pa.DataType] = {
     "TINYINT": pa.int8(),
     "SMALLINT": pa.int16(),
     "INTEGER": pa.int32(),
@@ -240,7 +240,7 @@ def _cast(arr: pa.Array, target: pa.DataType, rows: int) -> pa.Array:
         raise _Unsupported(f"cast {arr.type} -> {target}") from None
 
 
-_INT_TYPES = tuple(t for t in _ARROW.values() if pa.types.is_integer(t))
+_INT_TYPES = tuple(t for t in ARROW_TYPES.values() if pa.types.is_integer(t))
 
 
 class CompiledTransform:
@@ -288,7 +288,7 @@ def compile_transform(
     """Compile a fitted transform once; None when some part of it is only exact in SQL."""
     types: dict[str, pa.DataType] = {}
     for c in input_schema:
-        t = _ARROW.get(str(c["type"]).upper())
+        t = ARROW_TYPES.get(str(c["type"]).upper())
         if t is None:  # e.g. DECIMAL(18,3), TIMESTAMP WITH TIME ZONE
             return None
         types[c["name"]] = t
