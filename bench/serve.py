@@ -1,26 +1,30 @@
-"""Serving overhead: aifab's server vs a bare FastAPI endpoint calling the same handler.
+"""Serving overhead: aifab's server vs a bare FastAPI endpoint and the floor.
 
-Three servers, each its own uvicorn process (so the load generator does not share their GIL),
-on one scratch workspace holding the quickstart churn model:
+Servers, each its own uvicorn process (so the load generator does not share their GIL), on
+one scratch workspace holding the quickstart churn model:
 
+* ``floor``: the smallest FastAPI app doing the same work: ``json.loads``, the fitted feature
+  transform's NumPy evaluator, the same MLP weights as NumPy matrices, softmax, JSON;
 * ``bare``: one FastAPI route: ``json.loads`` -> ``ClassifierHandler.decode`` -> ``predict``
   on one dedicated worker thread -> ``encode`` -> JSON (what aifab does, minus the gateway);
 * ``aifab``: ``aifab serve``'s app, deployment ``churn`` (no batching), with key auth, rate
   limiting, metrics and the request log;
-* ``aifab-batch``: the same server's deployment ``churn-batch`` (max batch 32, wait 2 ms).
+* ``aifab-batch``: the same server's deployment ``churn-batch`` (max batch 32, wait 2 ms);
+* ``aifab-w2``: ``aifab serve --workers 2``, deployment ``churn`` (no batching).
 
 Clients (``httpx.AsyncClient``, or a raw-socket client with ``--client raw``) send one-row
 requests in closed loops at 1, 8, 32 and 64 concurrent clients. Reported: p50/p99 latency,
-requests/s, and the ratios to the bare endpoint.
+requests/s, server CPU per request (all its processes), the ratios, and the issue's goals.
 
-    .venv/bin/python bench/serve.py            # ~3 min
-    .venv/bin/python bench/serve.py --quick    # ~1 min
+    .venv/bin/python bench/serve.py --client raw            # ~4 min
+    .venv/bin/python bench/serve.py --client raw --quick    # ~1.5 min
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import socket
@@ -70,11 +74,71 @@ def bare_app() -> Any:
     return app
 
 
+def floor_app() -> Any:
+    """The floor: JSON in, the same transform and weights in NumPy, JSON out; nothing else."""
+    import datetime as dt
+
+    import numpy as np
+    import pyarrow as pa
+    from safetensors.numpy import load_file
+
+    from aifab.data.feature_eval import ARROW_TYPES
+    from aifab.data.feature_transform import FeatureTransform
+    from aifab.models.checkpoint import read_sidecar
+    from aifab.models.inputs import numeric_matrix
+    from aifab.track.registry import download_model
+
+    model_dir = download_model("churn@champion")
+    pre = read_sidecar(model_dir)["meta"]["preprocess"]
+    ft = FeatureTransform.load(model_dir / pre["feature_transform"]["file"])
+    used = {f.column for f in ft.spec.features}
+    types = {c["name"]: ARROW_TYPES[c["type"]] for c in ft.input_schema if c["name"] in used}
+    weights = load_file(str(model_dir / "model.safetensors"))
+    layers = [(weights[f"{i}.weight"].T, weights[f"{i}.bias"]) for i in (0, 2, 4)]
+    features, classes = list(pre["features"]), list(pre["classes"])
+    ft.transform_table(pa.table({n: pa.nulls(1, t) for n, t in types.items()}))  # compile now
+    app = FastAPI()
+
+    @app.get("/healthz")
+    async def healthz() -> dict[str, str]:
+        return {"status": "ok"}
+
+    @app.post("/predict", response_model=None)
+    async def predict(request: Request) -> JSONResponse:
+        records = json.loads(await request.body())["records"]
+        cols = {}
+        for name, t in types.items():
+            values = [r.get(name) for r in records]
+            if t == pa.date32():
+                values = [None if v is None else dt.date.fromisoformat(v) for v in values]
+            cols[name] = pa.array(values, t)
+        x = numeric_matrix(ft.transform_table(pa.table(cols)), features)
+        for k, (w, b) in enumerate(layers):
+            x = x @ w + b
+            if k < len(layers) - 1:
+                np.maximum(x, 0, out=x)
+        z = np.exp(x - x.max(axis=1, keepdims=True))
+        z /= z.sum(axis=1, keepdims=True)
+        labels = z.argmax(axis=1).tolist()
+        return JSONResponse(
+            {
+                "predictions": [
+                    {"label": classes[k], "probabilities": dict(zip(classes, p, strict=True))}
+                    for k, p in zip(labels, z.tolist(), strict=True)
+                ]
+            }
+        )
+
+    return app
+
+
 def run_server(kind: str, port: int, log_sample: float) -> None:
-    """Serve ``kind`` (bare | aifab) on 127.0.0.1:port until killed."""
+    """Serve ``kind`` (floor | bare | aifab) on 127.0.0.1:port until killed."""
     import uvicorn
 
-    if kind == "bare":
+    if kind == "floor":
+        app = floor_app()
+    elif kind == "bare":
         app = bare_app()
     else:
         from aifab.serve.app import create_app
@@ -144,23 +208,20 @@ def free_port() -> int:
 def start(kind: str, home: Path, log_sample: float) -> tuple[subprocess.Popen[bytes], int]:
     port = free_port()
     env = {**os.environ, "AIFAB_HOME": str(home)}
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            __file__,
-            "--server",
-            kind,
-            "--port",
-            str(port),
-            "--log-sample",
-            str(log_sample),
-        ],
-        env=env,
-    )
+    if kind.startswith("aifab-w"):  # the real command, with N worker processes
+        cmd = [sys.executable, "-c", "from aifab.cli.main import main; main()", "serve"]
+        cmd += ["--port", str(port), "--workers", kind.removeprefix("aifab-w"), "--no-worker"]
+        cmd += ["--log-sample", str(log_sample)]
+    else:
+        cmd = [sys.executable, __file__, "--server", kind, "--port", str(port)]
+        cmd += ["--log-sample", str(log_sample)]
+    if kind == "floor":  # one-row matmuls: BLAS threads only contend for the 2 cores
+        env.update(OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1", MKL_NUM_THREADS="1")
+    proc = subprocess.Popen(cmd, env=env)
     import httpx
 
     deadline = time.monotonic() + 180
-    path = "/healthz" if kind == "bare" else "/readyz"
+    path = "/healthz" if kind in ("bare", "floor") else "/readyz"
     while True:
         try:
             if httpx.get(f"http://127.0.0.1:{port}{path}", timeout=2).status_code == 200:
@@ -283,6 +344,26 @@ async def load(
     }
 
 
+CONTENDERS = {  # name -> (server kind, path, authenticated)
+    "floor": ("floor", "/predict", False),
+    "bare": ("bare", "/predict", False),
+    "aifab": ("aifab", "/v1/predict/churn", True),
+    "aifab-batch": ("aifab", "/v1/predict/churn-batch", True),
+    "aifab-w2": ("aifab-w2", "/v1/predict/churn", True),
+}
+
+
+def _cpu_s(pid: int) -> float:
+    """User + system CPU seconds of a server and its worker processes."""
+    proc = psutil.Process(pid)
+    procs = [proc, *proc.children(recursive=True)]
+    total = 0.0
+    for p in procs:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            total += sum(p.cpu_times()[:2])
+    return total
+
+
 def main() -> None:
     """Run every contender at every concurrency and print the table and the ratios."""
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
@@ -291,8 +372,12 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=3, help="Repeats per point (median).")
     ap.add_argument("--client", choices=("httpx", "raw"), default="httpx")
     ap.add_argument("--log-sample", type=float, default=1.0, help="aifab request-log sampling.")
+    ap.add_argument(
+        "--contenders", default=",".join(CONTENDERS), help="Comma-separated subset to run."
+    )
+    ap.add_argument("--clients", default="1,8,32,64", help="Concurrencies, comma-separated.")
     ap.add_argument("--home", type=Path, help="Workspace to reuse (default: a scratch one).")
-    ap.add_argument("--server", choices=("bare", "aifab"), help=argparse.SUPPRESS)
+    ap.add_argument("--server", choices=("floor", "bare", "aifab"), help=argparse.SUPPRESS)
     ap.add_argument("--port", type=int, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.server:
@@ -300,32 +385,33 @@ def main() -> None:
         return
     if args.quick:
         args.seconds, args.repeats = 2.0, 1
+    names = [n.strip() for n in args.contenders.split(",") if n.strip()]
+    unknown = [n for n in names if n not in CONTENDERS]
+    if unknown:
+        raise SystemExit(f"unknown contenders: {unknown} (known: {', '.join(CONTENDERS)})")
+    concurrency = [int(c) for c in args.clients.split(",")]
     home = args.home or Path(tempfile.mkdtemp(prefix="aifab-bench-serve-")) / "ws"
     secret, row = prepare(home)
     body = json.dumps({"records": [row]}).encode()
     auth = {"Authorization": f"Bearer {secret}"}
-    contenders = [
-        ("bare", "bare", "/predict", {}),
-        ("aifab", "aifab", "/v1/predict/churn", auth),
-        ("aifab-batch", "aifab", "/v1/predict/churn-batch", auth),
-    ]
     procs: dict[str, tuple[subprocess.Popen[bytes], int]] = {}
     try:
-        for kind in ("bare", "aifab"):
+        for kind in dict.fromkeys(CONTENDERS[n][0] for n in names):
             procs[kind] = start(kind, home, args.log_sample)
         results: dict[tuple[str, int], dict[str, float]] = {}
-        for clients in CONCURRENCY:
-            runs: dict[str, list[dict[str, float]]] = {name: [] for name, *_ in contenders}
+        for clients in concurrency:
+            runs: dict[str, list[dict[str, float]]] = {name: [] for name in names}
             # Interleave contenders within each repeat so drift (thermal, noise) hits all.
             for _ in range(args.repeats):
-                for name, kind, path, headers in contenders:
-                    proc = psutil.Process(procs[kind][0].pid)
-                    cpu0 = sum(proc.cpu_times()[:2])
+                for name in names:
+                    kind, path, authed = CONTENDERS[name]
+                    proc, port = procs[kind]
+                    cpu0 = _cpu_s(proc.pid)
                     stats = asyncio.run(
                         load(
-                            procs[kind][1],
+                            port,
                             path,
-                            headers,
+                            auth if authed else {},
                             body,
                             clients,
                             args.seconds,
@@ -334,7 +420,7 @@ def main() -> None:
                         )
                     )
                     # Server CPU per answered request (warm-up included in both terms).
-                    cpu = sum(proc.cpu_times()[:2]) - cpu0
+                    cpu = _cpu_s(proc.pid) - cpu0
                     stats["cpu_ms"] = cpu * 1e3 / max(1.0, stats.pop("answered"))
                     runs[name].append(stats)
             for name, rs in runs.items():
@@ -346,7 +432,7 @@ def main() -> None:
                     f"server CPU {r['cpu_ms']:5.2f} ms/req  errors={r['errors']:.0f}",
                     flush=True,
                 )
-        print_summary(results)
+        print_summary(results, names, concurrency)
     finally:
         for proc, _ in procs.values():
             proc.terminate()
@@ -357,21 +443,46 @@ def _ratio(a: float, b: float) -> float:
     return a / b if b else float("nan")
 
 
-def print_summary(results: dict[tuple[str, int], dict[str, float]]) -> None:
-    print(
-        "\nclients | bare p50/p99 ms, req/s | aifab p50/p99 ms, req/s | +p50 ms | req/s ratio "
-        "| batched p50/p99 ms, req/s | batched/bare | server CPU ms/req bare/aifab/batched"
-    )
-    for c in CONCURRENCY:
-        b, a, d = results[("bare", c)], results[("aifab", c)], results[("aifab-batch", c)]
+def print_summary(
+    results: dict[tuple[str, int], dict[str, float]], names: list[str], concurrency: list[int]
+) -> None:
+    """Per concurrency: each contender's p50/p99 and req/s; then the issue's goals."""
+    print("\nclients | " + " | ".join(f"{n} p50/p99 ms, req/s, CPU ms/req" for n in names))
+    for c in concurrency:
+        cells = []
+        for n in names:
+            r = results[(n, c)]
+            cells.append(
+                f"{r['p50_ms']:6.2f}/{r['p99_ms']:6.2f}, {r['rps']:7.1f}, {r['cpu_ms']:.2f}"
+            )
+        print(f"{c:7d} | " + " | ".join(cells))
+    have = {n for n in names}
+    print("\ngoals (issue 9):")
+    for c in (1, 8):
+        if {"aifab", "floor"} <= have and c in concurrency:
+            a, f = results[("aifab", c)]["rps"], results[("floor", c)]["rps"]
+            print(
+                f"  aifab/floor req/s at {c} clients: {a:.0f}/{f:.0f} = {_ratio(a, f):.2f}x "
+                "(goal >= 0.7x and >= 1000 req/s)"
+            )
+    if "aifab" in have and 1 in concurrency:
         print(
-            f"{c:7d} | {b['p50_ms']:6.2f}/{b['p99_ms']:6.2f}, {b['rps']:7.1f} "
-            f"| {a['p50_ms']:6.2f}/{a['p99_ms']:6.2f}, {a['rps']:7.1f} "
-            f"| {a['p50_ms'] - b['p50_ms']:+6.2f} | {_ratio(a['rps'], b['rps']):5.2f}x "
-            f"| {d['p50_ms']:6.2f}/{d['p99_ms']:6.2f}, {d['rps']:7.1f} "
-            f"| {_ratio(d['rps'], b['rps']):5.2f}x "
-            f"| {b['cpu_ms']:.2f}/{a['cpu_ms']:.2f}/{d['cpu_ms']:.2f}"
+            f"  aifab server CPU per one-row request: {results[('aifab', 1)]['cpu_ms']:.2f} ms "
+            "(goal <= 1 ms)"
         )
+    for c, goal in ((32, 50), (64, 100)):
+        if "aifab-batch" in have and c in concurrency:
+            print(
+                f"  aifab batched P99 at {c} clients: {results[('aifab-batch', c)]['p99_ms']:.1f}"
+                f" ms (goal < {goal} ms)"
+            )
+    for c in concurrency:
+        if {"aifab", "aifab-w2"} <= have and c >= 8:
+            a, w = results[("aifab", c)]["rps"], results[("aifab-w2", c)]["rps"]
+            print(
+                f"  --workers 2 / 1 worker req/s at {c} clients: {w:.0f}/{a:.0f} = "
+                f"{_ratio(w, a):.2f}x (goal >= 1.6x)"
+            )
 
 
 if __name__ == "__main__":

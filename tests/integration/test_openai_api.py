@@ -66,6 +66,9 @@ def env(tiny_lm: dict[str, Any], live_server: Callable[..., Any]) -> Iterator[di
             ("client", "client", None),
             ("viewer", "viewer", None),
             ("tight", "client", 5),
+            ("ten", "client", 10),
+            ("hundred", "client", 100),
+            ("other", "client", None),
         ]
     }
     server = live_server(reconcile_interval_s=0.2)
@@ -277,20 +280,131 @@ def test_malformed_json_is_400(env: dict[str, Any]) -> None:
     assert r.status_code == 400 and "error" in r.json()
 
 
-def test_token_quota_answers_429(env: dict[str, Any]) -> None:
+def test_token_quota_answers_429(env: dict[str, Any], lm: Any) -> None:
     tight = _sdk(env, env["keys"]["tight"])
-    # the first request is admitted (nothing used yet) and spends more than the 5-token quota
-    tight.completions.create(model="tiny", prompt=PROMPT, temperature=0, max_tokens=4)
+    # the prompt's tokens and max_tokens do not fit the 5-token quota: refused before running
+    assert lm.count_tokens(PROMPT) + 4 > 5
+    with pytest.raises(openai.RateLimitError) as caught:
+        tight.completions.create(model="tiny", prompt=PROMPT, temperature=0, max_tokens=4)
+    assert caught.value.response.headers.get("retry-after")
+    assert "token quota" in str(caught.value) and "5 tokens a day" in str(caught.value)
 
-    def refused() -> bool:
+
+def _stored_tokens(key_id: str) -> int:
+    from aifab.core.db import session_scope
+    from aifab.serve.limits import utc_day
+    from aifab.serve.tables import KeyUsageRow
+
+    with session_scope() as s:
+        row = s.get(KeyUsageRow, (key_id, utc_day(time.time())))
+        return row.tokens if row is not None else 0
+
+
+def _key_id(secret: str) -> str:
+    from aifab.serve.keys import authenticate
+
+    info = authenticate(secret)
+    assert info is not None
+    return info.id
+
+
+def test_quota_reserves_the_most_and_charges_the_actual(env: dict[str, Any], lm: Any) -> None:
+    """Issue 9, fault 4: a 10-token/day key completed 64 prompts x 200 tokens in one request."""
+    secret = env["keys"]["ten"]
+    ten = _sdk(env, secret)
+    with pytest.raises(openai.RateLimitError) as caught:
+        ten.completions.create(model="tiny", prompt=[PROMPT] * 64, max_tokens=200)
+    assert "10 tokens a day" in str(caught.value)
+    assert caught.value.response.headers.get("retry-after")
+    key = _key_id(secret)
+    assert _stored_tokens(key) == 0  # a refused request costs nothing
+    room = 10 - lm.count_tokens(PROMPT)
+    out = ten.completions.create(model="tiny", prompt=PROMPT, temperature=0, max_tokens=room)
+    used = out.usage.total_tokens
+    assert used <= 10
+    # charged what it used, not what it reserved (the settle is written within a second)
+    _wait_for(lambda: _stored_tokens(key) == used, 10, "the actual usage to be stored")
+
+
+def test_concurrent_requests_never_pass_the_quota(env: dict[str, Any], lm: Any) -> None:
+    import concurrent.futures
+
+    secret = env["keys"]["hundred"]
+    each = lm.count_tokens(PROMPT) + 20  # what every request reserves
+
+    def one(_: int) -> int:
         try:
-            tight.completions.create(model="tiny", prompt=PROMPT, max_tokens=1)
-        except openai.RateLimitError as exc:
-            assert exc.response.headers.get("retry-after")
-            return True
-        return False
+            out = _sdk(env, secret).completions.create(
+                model="tiny", prompt=PROMPT, temperature=1.0, max_tokens=20, seed=_
+            )
+        except openai.RateLimitError:
+            return -1
+        return out.usage.total_tokens
 
-    _wait_for(refused, 10, "the token quota to refuse")
+    with concurrent.futures.ThreadPoolExecutor(12) as pool:
+        results = list(pool.map(one, range(12)))
+    done = [r for r in results if r >= 0]
+    assert -1 in results and len(done) >= 100 // each
+    assert sum(done) <= 100
+    key = _key_id(secret)
+    _wait_for(lambda: _stored_tokens(key) == sum(done), 10, "the usage to be stored")
+
+
+def test_oversized_texts_are_refused_before_tokenizing(env: dict[str, Any]) -> None:
+    """Issue 9, fault 3: a 10 MB text took 20 s to embed and was charged 256 tokens."""
+    from aifab.serve.openai_models import MAX_ITEM_CHARS, MAX_REQUEST_CHARS
+
+    headers = {"Authorization": f"Bearer {env['keys']['client']}"}
+    huge = "word " * 2_000_000  # 10 MB
+    for route, body in [
+        ("/v1/embeddings", {"model": "minilm", "input": huge}),
+        ("/v1/completions", {"model": "tiny", "prompt": huge}),
+        (
+            "/v1/chat/completions",
+            {"model": "tiny", "messages": [{"role": "user", "content": huge}]},
+        ),
+    ]:
+        r = httpx.post(f"{env['url']}{route}", json=body, headers=headers, timeout=60)
+        assert r.status_code == 422, (route, r.text)
+        assert f"limit of {MAX_ITEM_CHARS} characters per text" in r.json()["error"]["message"]
+    many = ["x" * MAX_ITEM_CHARS] * (MAX_REQUEST_CHARS // MAX_ITEM_CHARS + 1)
+    r = httpx.post(
+        f"{env['url']}/v1/embeddings",
+        json={"model": "minilm", "input": many},
+        headers=headers,
+        timeout=60,
+    )
+    assert r.status_code == 422
+    assert f"limit of {MAX_REQUEST_CHARS} characters per request" in r.json()["error"]["message"]
+
+
+def test_embedding_tokens_are_what_the_model_read(
+    env: dict[str, Any], client: openai.OpenAI, embedder: Any
+) -> None:
+    texts = ["short text", "word " * 5000]  # the second is truncated to the model's length
+    out = client.embeddings.create(model="minilm", input=texts)
+    assert out.usage.prompt_tokens == sum(embedder.count_tokens(t) for t in texts)
+    assert embedder.count_tokens(texts[1]) == embedder.model.max_seq_length
+
+
+def test_a_big_embedding_request_does_not_block_another_key(env: dict[str, Any]) -> None:
+    import concurrent.futures
+
+    big = _sdk(env, env["keys"]["client"])
+    other = _sdk(env, env["keys"]["other"])
+    finished: list[str] = []
+
+    def embed_big() -> None:
+        big.embeddings.create(model="minilm", input=["many words here " * 60] * 256)
+        finished.append("big")
+
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        job = pool.submit(embed_big)
+        time.sleep(0.3)  # the big request is queued (in chunks) and running
+        other.embeddings.create(model="minilm", input="a small one")
+        finished.append("small")
+        job.result()
+    assert finished == ["small", "big"]
 
 
 def test_streamed_tokens_reach_metrics_and_log(env: dict[str, Any], client: openai.OpenAI) -> None:
@@ -383,3 +497,24 @@ def test_fuzzed_bodies_never_500(case: Any, env: dict[str, Any]) -> None:
         assert "error" in response.json(), response.text[:500]
     elif "text/event-stream" in str(response.headers.get("content-type")):
         assert response.text.rstrip().endswith("data: [DONE]") or '"error"' in response.text
+
+
+def test_a_many_prompt_completion_does_not_block_another_key(env: dict[str, Any]) -> None:
+    import concurrent.futures
+
+    finished: list[str] = []
+
+    def many() -> None:
+        _sdk(env, env["keys"]["client"]).completions.create(
+            model="tiny", prompt=[PROMPT] * 64, max_tokens=40, temperature=0
+        )
+        finished.append("many")
+
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        job = pool.submit(many)
+        time.sleep(0.3)  # the 64 prompts are queued (in chunks) and running
+        other = _sdk(env, env["keys"]["other"])
+        other.completions.create(model="tiny", prompt=PROMPT, max_tokens=2)
+        finished.append("one")
+        job.result()
+    assert finished == ["one", "many"]

@@ -585,3 +585,77 @@ def test_keys_never_appear_in_logs(env: dict[str, Any]) -> None:
     for key in env["keys"].values():
         assert key["secret"] not in text
     assert bad not in text
+
+
+def test_workers_share_rate_limits_and_metrics(env: dict[str, Any], workspace: Path) -> None:
+    """``aifab serve --workers 2``: one port, one bucket per key, metrics of both processes."""
+    rows, _ = _raw_rows(_churn_handler())
+    body = {"records": rows[:1]}
+    _, secret = create_key("client", name="burst", rate="60/min")  # a burst of 10, then 1/s
+    port = free_port()
+    cmd = [sys.executable, "-c", "from aifab.cli.main import main; main()", "serve"]
+    cmd += ["--port", str(port), "--workers", "2", "--no-worker", "--log-sample", "0"]
+    proc = subprocess.Popen(cmd, env={**os.environ, "AIFAB_HOME": str(workspace)})
+    url = f"http://127.0.0.1:{port}"
+    try:
+
+        def up() -> bool:
+            assert proc.poll() is None, "aifab serve --workers 2 exited"
+            try:
+                return httpx.get(f"{url}/readyz", timeout=1).status_code == 200
+            except httpx.TransportError:
+                return False
+
+        wait_for(up, 180, "aifab serve --workers 2")
+
+        async def burst() -> tuple[list[int], float]:
+            # one connection per request, so the kernel spreads them over both processes
+            async def one() -> int:
+                async with httpx.AsyncClient(timeout=60) as c:
+                    r = await c.post(
+                        f"{url}/v1/predict/churn",
+                        json=body,
+                        headers={"Authorization": f"Bearer {secret}"},
+                    )
+                    return r.status_code
+
+            t0 = time.monotonic()
+            codes = await asyncio.gather(*(one() for _ in range(40)))
+            return list(codes), time.monotonic() - t0
+
+        codes, elapsed = asyncio.run(burst())
+        passed = codes.count(200)
+        assert set(codes) <= {200, 429}
+        # exactly the bucket's 10, plus what refilled (1/s) while the burst lasted
+        assert 10 <= passed <= 10 + int(elapsed), (passed, elapsed)
+        pids = {
+            f.stem.rsplit("_", 1)[-1]
+            for f in (workspace / "run" / f"serve-{proc.pid}" / "metrics").glob("*.db")
+        }
+        assert len(pids) == 2  # both processes answered requests
+
+        def counted() -> float:
+            text = httpx.get(f"{url}/metrics", timeout=5).text
+            return sum(
+                s.value
+                for fam in text_string_to_metric_families(text)
+                for s in fam.samples
+                if s.name == "aifab_requests_total"
+                and s.labels.get("deployment") == "churn"
+                and s.labels.get("status") == "200"
+            )
+
+        assert counted() == passed  # both processes' counts, whichever one answers /metrics
+        before = counted()
+        for _ in range(6):  # several connections: /metrics must not depend on which process
+            assert counted() == before
+    finally:
+        proc.terminate()
+        proc.wait(timeout=60)
+    assert not (workspace / "run" / f"serve-{proc.pid}").exists()  # the run dir is removed
+
+
+def _churn_handler() -> Any:
+    from aifab.inference.loading import load_served_model
+
+    return load_served_model("churn@1").handler

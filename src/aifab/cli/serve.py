@@ -22,6 +22,12 @@ def register(app: typer.Typer) -> None:
             1.0, "--reconcile-interval", help="Seconds between re-reading the deployments."
         ),
         access_log: bool = typer.Option(False, "--access-log", help="Log one line per request."),
+        workers: int = typer.Option(
+            1,
+            "--workers",
+            help="Server processes sharing the port (rate limits, quotas and metrics stay "
+            "exact across them).",
+        ),
     ) -> None:
         """Serve every deployment under /v1 (OpenAPI docs at /docs, metrics at /metrics)."""
         from aifab.core.errors import InvalidInputError
@@ -32,6 +38,8 @@ def register(app: typer.Typer) -> None:
             raise InvalidInputError(f"--log-sample {log_sample}: expected 0 to 1")
         if not 0 < port < 65536:
             raise InvalidInputError(f"--port {port}: expected 1 to 65535")
+        if not 1 <= workers <= 64:
+            raise InvalidInputError(f"--workers {workers}: expected 1 to 64")
         if not [k for k in list_keys() if not k.get("revoked_at")]:
             typer.echo(
                 "hint: no API keys yet; every route but /healthz, /readyz and /metrics needs "
@@ -46,4 +54,5 @@ def register(app: typer.Typer) -> None:
             reconcile_interval_s=reconcile_interval,
             request_log_sample=log_sample,
             access_log=access_log,
+            workers=workers,
         )

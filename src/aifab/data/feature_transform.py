@@ -3,7 +3,8 @@
 :meth:`FeatureTransform.select_sql` is the one projection that built the committed features
 dataset; :meth:`FeatureTransform.transform_table` runs the same SQL over an Arrow table, so a
 served row gets exactly the features its training twin got. Each thread reuses one DuckDB
-connection (with the UDFs registered once), so per-request calls stay cheap and thread-safe.
+connection (with the UDFs registered once). Small batches (a served request) skip DuckDB: the
+transform compiled once by :mod:`aifab.data.feature_eval` computes the same values in NumPy.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import pyarrow as pa
 from aifab.core.atomic import atomic_write_text
 from aifab.core.errors import InvalidInputError, first_line
 from aifab.core.ids import digest
+from aifab.data.feature_eval import CompiledTransform, compile_transform
 from aifab.data.feature_ops import describe, output_columns, udf_name
 from aifab.data.feature_spec import FeatureSpec, TfIdf
 from aifab.data.feature_text import register_tfidf
@@ -29,6 +31,8 @@ from aifab.data.lake import sql_ident
 
 FORMAT = "aifab.feature_transform/1"
 _INPUT = "__aifab_features_input"
+#: Tables up to this many rows are transformed in NumPy (when exact); bigger ones in DuckDB.
+FAST_MAX_ROWS = 1024
 
 
 @dataclass(frozen=True)
@@ -60,19 +64,23 @@ class FeatureTransform:
     output: str | None = None
     _columns: list[tuple[str, str]] = field(init=False, repr=False, compare=False)
     _local: threading.local = field(init=False, repr=False, compare=False)
+    _fast: list[CompiledTransform | None] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         cols = output_columns(self.spec, self.params, self.passthrough)
         object.__setattr__(self, "_columns", cols)
         object.__setattr__(self, "_local", threading.local())
+        object.__setattr__(self, "_fast", [])
 
     def __getstate__(self) -> dict[str, Any]:
-        # Connections are per process and thread: a copy or an unpickled one opens its own.
-        return {k: v for k, v in self.__dict__.items() if k != "_local"}
+        # Connections are per process and thread, the compiled evaluator holds closures: a
+        # copy or an unpickled one makes its own.
+        return {k: v for k, v in self.__dict__.items() if k not in ("_local", "_fast")}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
         object.__setattr__(self, "_local", threading.local())
+        object.__setattr__(self, "_fast", [])
 
     @property
     def digest(self) -> str:
@@ -158,11 +166,7 @@ class FeatureTransform:
         left out; a missing feature input fails naming the feature and column.
         """
         have = set(available)
-        for i, f in enumerate(self.spec.features):
-            if f.column not in have:
-                raise InvalidInputError(
-                    f"{describe(f, i)}: column {f.column!r} missing from the input"
-                )
+        self._check_inputs(have)
         casts = ", ".join(
             f"CAST({sql_ident(c['name'])} AS {c['type']}) AS {sql_ident(c['name'])}"
             for c in self.input_schema
@@ -174,8 +178,43 @@ class FeatureTransform:
         )
         return f"SELECT {outs} FROM (SELECT {casts} FROM {rel})"
 
-    def transform_table(self, table: pa.Table) -> pa.Table:
-        """Apply the fitted transform to an Arrow table (extra columns are ignored)."""
+    def _check_inputs(self, have: set[str]) -> None:
+        for i, f in enumerate(self.spec.features):
+            if f.column not in have:
+                raise InvalidInputError(
+                    f"{describe(f, i)}: column {f.column!r} missing from the input"
+                )
+
+    def transform_table(self, table: pa.Table, engine: str = "auto") -> pa.Table:
+        """Apply the fitted transform to an Arrow table (extra columns are ignored).
+
+        Args:
+            table: the input rows.
+            engine: ``auto`` (NumPy up to :data:`FAST_MAX_ROWS` rows when it is exact for
+                these inputs, else DuckDB), ``sql`` (always the DuckDB projection, the
+                reference) or ``numpy`` (the compiled evaluator, None-safe: falls back to
+                SQL where it is not exact).
+        """
+        if engine not in ("auto", "sql", "numpy"):
+            raise InvalidInputError(f"engine {engine!r}: expected auto, sql or numpy")
+        if engine == "numpy" or (engine == "auto" and table.num_rows <= FAST_MAX_ROWS):
+            self._check_inputs(set(table.column_names))
+            compiled = self._compiled()
+            out = compiled(table) if compiled is not None else None
+            if out is not None:
+                return out
+        return self._transform_sql(table)
+
+    def _compiled(self) -> CompiledTransform | None:
+        """The NumPy evaluator, compiled on first use (None: this transform needs the SQL)."""
+        if not self._fast:
+            # Racing threads may both compile; either result is the same evaluator.
+            self._fast[:] = [
+                compile_transform(self.spec, self.params, self.input_schema, self.passthrough)
+            ]
+        return self._fast[0]
+
+    def _transform_sql(self, table: pa.Table) -> pa.Table:
         con = self._connection()
         try:
             con.register(_INPUT, table)

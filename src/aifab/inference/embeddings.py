@@ -21,6 +21,9 @@ class EmbeddingHandler:
     """Serves a sentence-transformers directory: texts -> L2-normalised float vectors."""
 
     kind = "embeddings"
+    #: The server's batcher queues bigger requests in chunks of this many texts, so keys
+    #: take turns on the model instead of one big request holding it throughout.
+    chunk_items = 16
 
     def __init__(self) -> None:
         self.model: Any = None

@@ -47,6 +47,10 @@ class LMHandler:
     """
 
     kind = "lm"
+    #: The server's batcher queues a request of more prompts in chunks of this many, so other
+    #: keys' requests take turns with a 64-prompt one (each prompt has its own generator, so
+    #: chunking changes no result).
+    chunk_items = 8
 
     def __init__(self) -> None:
         self.lm: LanguageModel | None = None

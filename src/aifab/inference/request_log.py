@@ -1,7 +1,9 @@
 """The sampled request log: what each served request got and gave, written off the hot path.
 
-:class:`RequestLogger` queues entries in memory and a background thread writes them to the
-``request_log`` table in batches; monitoring and drift detection read it back.
+:class:`RequestLogger` decides sampling before an entry is built (:meth:`RequestLogger.wants`),
+queues entries in a bounded queue (over it, entries are dropped and counted rather than slowing
+the request) and a background thread writes them to the ``request_log`` table in batches;
+monitoring and drift detection read it back.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ import random
 import threading
 import time
 from collections import deque
+from collections.abc import Callable
 from typing import Any
 
 from sqlalchemy import insert, select
@@ -24,8 +27,9 @@ __all__ = ["RequestLogger", "recent_requests"]
 
 log = logging.getLogger("aifab.inference.request_log")
 
-#: Entries waiting beyond this are dropped (and counted): a stalled DB must not eat the memory.
-MAX_QUEUED = 50_000
+#: Entries waiting beyond this are dropped (and counted): a stalled DB must not eat the memory
+#: (an entry holds up to 100 records) nor make the request path wait.
+MAX_QUEUED = 10_000
 #: Inputs or outputs larger than this (as JSON) are replaced by a note of their size.
 MAX_FIELD_BYTES = 64 * 1024
 _BATCH = 500
@@ -74,9 +78,16 @@ class RequestLogger:
         sample_rate: share of successful requests kept (0-1); errors (status >= 400) are
             always kept, since they are what operators look for.
         flush_interval_s: how often the thread writes what has queued up.
+        on_drop: called once per entry dropped because the queue is full (e.g. a Prometheus
+            counter's ``inc``).
     """
 
-    def __init__(self, sample_rate: float = 1.0, flush_interval_s: float = 0.5) -> None:
+    def __init__(
+        self,
+        sample_rate: float = 1.0,
+        flush_interval_s: float = 0.5,
+        on_drop: Callable[[], None] | None = None,
+    ) -> None:
         if not 0.0 <= sample_rate <= 1.0:
             raise InvalidInputError(f"sample_rate {sample_rate}: expected 0 to 1")
         if flush_interval_s <= 0:
@@ -84,6 +95,7 @@ class RequestLogger:
         self.sample_rate = sample_rate
         self.flush_interval_s = flush_interval_s
         self.dropped = 0
+        self.on_drop = on_drop
         self._queue: deque[dict[str, Any]] = deque()
         self._cond = threading.Condition()
         self._queued = 0  # entries accepted so far
@@ -93,22 +105,46 @@ class RequestLogger:
         self._thread: threading.Thread | None = None
         self._rng = random.Random()
 
+    def wants(self, status: int) -> bool:
+        """Whether an entry of this status would be kept: sampled in, and room in the queue.
+
+        Callers build the entry only when it is wanted; an entry refused for lack of room is
+        counted as dropped here.
+        """
+        if status < 400 and self.sample_rate < 1.0 and self._rng.random() >= self.sample_rate:
+            return False
+        if len(self._queue) >= MAX_QUEUED or self._closed:
+            if not self._closed:
+                self._drop()
+            return False
+        return True
+
+    def _drop(self) -> None:
+        self.dropped += 1
+        if self.on_drop is not None:
+            try:
+                self.on_drop()
+            except Exception:  # noqa: BLE001 - counting must not fail a request
+                log.exception("request log: on_drop failed")
+
     def log(self, entry: dict[str, Any]) -> None:
-        """Queue one request (never blocks on the DB).
+        """Sample and queue one request (never blocks on the DB).
 
         ``entry`` keys: ts, deployment, model_version, key_id, route, status, latency_ms,
         input, output, tokens. Successes are kept with probability ``sample_rate``.
         """
-        status = int(entry.get("status") or 0)
-        if status < 400 and (self.sample_rate < 1.0 and self._rng.random() >= self.sample_rate):
-            return
+        if self.wants(int(entry.get("status") or 0)):
+            self.append(entry)
+
+    def append(self, entry: dict[str, Any]) -> None:
+        """Queue an entry already sampled in by :meth:`wants` (the caller's dict is kept)."""
         with self._cond:
             if self._closed:
                 return
             if len(self._queue) >= MAX_QUEUED:
-                self.dropped += 1
+                self._drop()
                 return
-            self._queue.append(dict(entry))
+            self._queue.append(entry)
             self._queued += 1
             if self._thread is None:
                 self._thread = threading.Thread(

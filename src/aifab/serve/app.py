@@ -12,6 +12,7 @@ import importlib.util
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from pathlib import Path
 
 from fastapi import FastAPI
 
@@ -36,13 +37,20 @@ _ROUTERS = (
 )
 
 
-def create_app(*, reconcile_interval_s: float = 1.0, request_log_sample: float = 1.0) -> FastAPI:
+def create_app(
+    *,
+    reconcile_interval_s: float = 1.0,
+    request_log_sample: float = 1.0,
+    shared_dir: Path | None = None,
+) -> FastAPI:
     """The server app.
 
     Args:
         reconcile_interval_s: how often the deployments table is polled for changes.
         request_log_sample: share of successful requests written to the request log (0-1);
             errors are always logged.
+        shared_dir: the run directory shared by the processes of ``aifab serve --workers``
+            (rate-limit buckets there); None for a single process.
 
     Returns:
         The app; serve it with uvicorn (``aifab serve`` does).
@@ -53,14 +61,28 @@ def create_app(*, reconcile_interval_s: float = 1.0, request_log_sample: float =
     from aifab.serve.manager import DeploymentManager
 
     metrics = Metrics()
+    from prometheus_client import Counter
+
+    log_dropped = Counter(
+        "aifab_request_log_dropped",
+        "Request-log entries dropped because the writer fell behind (the queue was full).",
+        registry=metrics.registry,
+    )
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         from aifab.core.db import get_engine
 
         get_engine()  # a fresh workspace gets its schema before the first query
-        app.state.request_log = RequestLogger(sample_rate=request_log_sample)
-        app.state.limiter = RateLimiter()
+        app.state.request_log = RequestLogger(
+            sample_rate=request_log_sample, on_drop=log_dropped.inc
+        )
+        if shared_dir is None:
+            app.state.limiter = RateLimiter()
+        else:
+            from aifab.serve.shared_limits import SharedRateLimiter
+
+            app.state.limiter = SharedRateLimiter(shared_dir / "ratelimit.bin")
         app.state.quota = TokenQuota()
         app.state.budget_gate = BudgetGate()
         await asyncio.to_thread(app.state.budget_gate.refresh)

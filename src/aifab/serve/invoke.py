@@ -5,14 +5,15 @@ sampled request log, token counts) whatever the outcome; ``record`` does the rec
 for routes that answer otherwise (streaming) or fail before ``invoke`` (decode errors).
 Token counts come from outputs that carry ``prompt_tokens`` / ``completion_tokens``
 (language-model results), so routes need not count them again; ``record`` adds them to the
-metrics and to the key's daily token quota (``app.state.quota``).
+metrics and to the key's daily token quota (``app.state.quota``); a route that reserved the
+request's most tokens first (:func:`reserve`) has the reservation settled to them instead.
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from fastapi import Request
@@ -22,10 +23,12 @@ from aifab.serve.errors import ApiError, as_api_error
 
 log = logging.getLogger("aifab.serve")
 
-__all__ = ["invoke", "key_id", "record", "route_name"]
+__all__ = ["invoke", "key_id", "needs_reservation", "record", "reserve", "route_name"]
 
 #: At most this many items of one request go into its request-log entry.
 LOG_ITEMS = 100
+#: A request-log input or output, or a function making it (called only for kept entries).
+LogField = Mapping[str, Any] | Callable[[], Mapping[str, Any]] | None
 
 
 def key_id(request: Request) -> str:
@@ -40,6 +43,28 @@ def route_name(request: Request) -> str:
     return str(getattr(route, "path", None) or request.url.path)
 
 
+def needs_reservation(request: Request) -> bool:
+    """Whether the caller's key has a token quota (so its requests reserve tokens first)."""
+    principal = getattr(request.state, "principal", None)
+    key = getattr(principal, "key", None)
+    quota = getattr(request.app.state, "quota", None)
+    return quota is not None and getattr(key, "token_quota_day", None) is not None
+
+
+def reserve(request: Request, tokens: int) -> None:
+    """Hold the most tokens this request may use against its key's quota.
+
+    It writes to the metadata DB, so call it off the event loop; :func:`record` settles the
+    reservation to the tokens really used.
+
+    Raises:
+        ApiError: 429 naming the quota when the reservation does not fit.
+    """
+    if not needs_reservation(request):
+        return
+    request.state.reservation = request.app.state.quota.reserve(request.state.principal.key, tokens)
+
+
 def record(
     request: Request,
     deployment: str,
@@ -48,8 +73,8 @@ def record(
     started: float,
     model: str | None = None,
     route: str | None = None,
-    input: Mapping[str, Any] | None = None,
-    output: Mapping[str, Any] | None = None,
+    input: LogField = None,
+    output: LogField = None,
     prompt_tokens: int = 0,
     completion_tokens: int = 0,
 ) -> None:
@@ -62,8 +87,10 @@ def record(
         started: ``time.perf_counter()`` when the route began.
         model: the ``name@version`` that answered, if one did.
         route: metric/log label; defaults to the route's path template.
-        input: request-log input (features, or ``{"prompt_tokens": n}``).
-        output: request-log output (prediction, or ``{"completion_tokens": n}``).
+        input: request-log input (features, or ``{"prompt_tokens": n}``), or a function
+            making it: it is called only when the entry is sampled in.
+        output: request-log output (prediction, or ``{"completion_tokens": n}``), or a
+            function making it.
         prompt_tokens: prompt tokens used (language models).
         completion_tokens: generated tokens (language models).
     """
@@ -78,11 +105,15 @@ def record(
             metrics.add_tokens(deployment, key, prompt_tokens, completion_tokens)
     tokens = prompt_tokens + completion_tokens
     quota = getattr(state, "quota", None)
-    if tokens and quota is not None and key != "-":
+    reservation = getattr(request.state, "reservation", None)
+    if reservation is not None and quota is not None:
+        request.state.reservation = None  # settled once, whatever else records later
+        quota.settle(reservation, tokens)
+    elif tokens and quota is not None and key != "-":
         quota.add(key, tokens)
     logger = getattr(state, "request_log", None)
-    if logger is not None:  # it samples successes itself
-        logger.log(
+    if logger is not None and logger.wants(status):  # build the entry only when it is kept
+        logger.append(
             {
                 "ts": time.time(),
                 "deployment": deployment,
@@ -91,11 +122,17 @@ def record(
                 "route": route,
                 "status": status,
                 "latency_ms": latency * 1000.0,
-                "input": dict(input) if input is not None else None,
-                "output": dict(output) if output is not None else None,
+                "input": _field(input),
+                "output": _field(output),
                 "tokens": tokens,
             }
         )
+
+
+def _field(value: LogField) -> dict[str, Any] | None:
+    if value is None:
+        return None
+    return dict(value() if callable(value) else value)
 
 
 async def invoke(
@@ -138,8 +175,6 @@ async def invoke(
         record(request, name, status=500, started=started, model=target.model, route=route)
         raise ApiError(500, f"model {target.model} failed on this request") from None
     prompt, completion = _tokens(outputs)
-    if input is None:
-        input = _log_input(items, prompt)
     record(
         request,
         name,
@@ -147,8 +182,8 @@ async def invoke(
         started=started,
         model=target.model,
         route=route,
-        input=input,
-        output=_log_output(outputs, completion),
+        input=input if input is not None else lambda: _log_input(items, prompt),
+        output=lambda: _log_output(outputs, completion),
         prompt_tokens=prompt,
         completion_tokens=completion,
     )
@@ -161,7 +196,7 @@ async def _submit(request: Request, served: Any, target: Any, items: list[Any]) 
 
     for _ in range(3):
         try:
-            result: list[Any] = await target.batcher.submit(items)
+            result: list[Any] = await target.batcher.submit(items, key=key_id(request))
             return result
         except BatcherClosedError:
             manager = getattr(request.app.state, "manager", None)

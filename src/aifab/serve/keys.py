@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import math
+import re
 import secrets
 import time
 from collections.abc import Sequence

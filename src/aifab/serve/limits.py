@@ -2,7 +2,9 @@
 
 The bucket of a key holds 10 seconds' worth of its rate (at least one request) and refills
 continuously, so a key at 600/min may burst 100 requests, then gets 10 a second. Token use is
-counted in memory and flushed to ``key_usage`` (per key and UTC day) by a background thread.
+counted in memory and flushed to ``key_usage`` (per key and UTC day) by a background thread; a
+request of a key with a quota first reserves its most tokens there with one atomic conditional
+UPDATE (exact across server processes), and is charged what it really used when it ends.
 """
 
 from __future__ import annotations
@@ -13,14 +15,25 @@ import math
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
+
+from sqlalchemy import CursorResult, select, update
+from sqlalchemy.exc import IntegrityError
 
 from aifab.core.db import session_scope
 from aifab.serve.errors import ApiError
 from aifab.serve.keys import KeyInfo
 from aifab.serve.tables import ApiKeyRow, KeyUsageRow
 
-__all__ = ["BURST_SECONDS", "RateLimiter", "TokenQuota", "retry_after", "utc_day"]
+__all__ = [
+    "BURST_SECONDS",
+    "RateLimiter",
+    "Reservation",
+    "TokenQuota",
+    "retry_after",
+    "utc_day",
+]
 
 log = logging.getLogger("aifab.serve.limits")
 
@@ -88,6 +101,15 @@ class RateLimiter:
         return int(tokens), (capacity - tokens) / per_s
 
 
+@dataclass(frozen=True)
+class Reservation:
+    """Tokens held against a key's quota for one request until it is settled."""
+
+    key_id: str
+    day: str
+    tokens: int
+
+
 class TokenQuota:
     """Tokens used per key and UTC day, enforced against each key's daily quota.
 
@@ -106,6 +128,7 @@ class TokenQuota:
         self._clock = clock
         self._used: dict[tuple[str, str], int] = {}  # (key, day) -> tokens (DB + pending)
         self._pending: dict[tuple[str, str], list[float]] = {}  # -> [tokens, requests, last]
+        self._rows: set[tuple[str, str]] = set()  # key_usage rows known to exist
         self._lock = threading.Lock()
         self._wake = threading.Event()
         self._closed = False
@@ -135,6 +158,90 @@ class TokenQuota:
                 headers={"Retry-After": retry_after(wait)},
             )
 
+    def reserve(self, key: KeyInfo, tokens: int) -> Reservation | None:
+        """Hold ``tokens`` (a request's most) against the key's quota, or refuse the request.
+
+        The hold is one conditional UPDATE of ``key_usage``, so concurrent requests in every
+        server process together never pass the quota. Settle it with :meth:`settle`.
+
+        Returns:
+            The reservation, or None for a key without a quota.
+
+        Raises:
+            ApiError: 429 naming the quota, with ``Retry-After`` = seconds until UTC midnight.
+        """
+        if key.token_quota_day is None:
+            return None
+        now = self._clock()
+        day = utc_day(now)
+        tokens = max(0, int(tokens))
+        with self._lock:  # unflushed usage of this process counts too
+            local = int(self._pending.get((key.id, day), [0, 0, 0])[0])
+        slot = (key.id, day)
+        with session_scope() as s:
+            if slot not in self._rows:
+                if s.get(KeyUsageRow, slot) is None:
+                    try:
+                        with s.begin_nested():
+                            s.add(KeyUsageRow(key_id=key.id, day=day, tokens=0, requests=0))
+                    except IntegrityError:
+                        pass  # another process made the row meanwhile
+                self._rows.add(slot)  # rows are never deleted: one check per key and day
+            held = s.execute(
+                update(KeyUsageRow)
+                .where(
+                    KeyUsageRow.key_id == key.id,
+                    KeyUsageRow.day == day,
+                    KeyUsageRow.tokens + (local + tokens) <= key.token_quota_day,
+                )
+                .values(tokens=KeyUsageRow.tokens + tokens)
+                .returning(KeyUsageRow.tokens)
+                .execution_options(synchronize_session=False)  # no ORM objects to refresh
+            ).first()
+            ok = held is not None
+            if held is not None:
+                stored = int(held[0])
+            else:
+                stored = int(
+                    s.scalar(
+                        select(KeyUsageRow.tokens).where(
+                            KeyUsageRow.key_id == key.id, KeyUsageRow.day == day
+                        )
+                    )
+                    or 0
+                )
+        with self._lock:
+            self._used[(key.id, day)] = max(self._used.get((key.id, day), 0), stored + local)
+        if not ok:
+            raise ApiError(
+                429,
+                f"token quota of key {key.id} exceeded: this request may use up to {tokens} "
+                f"tokens, {max(0, key.token_quota_day - stored - local)} of the "
+                f"{key.token_quota_day} tokens a day (UTC) are left; it resets at midnight UTC",
+                code="token_quota_exceeded",
+                headers={"Retry-After": retry_after(_seconds_to_midnight(now))},
+            )
+        return Reservation(key.id, day, tokens)
+
+    def settle(self, reservation: Reservation, tokens: int) -> None:
+        """Charge what the request used instead of what it reserved (written in the background)."""
+        delta = int(tokens) - reservation.tokens
+        slot = (reservation.key_id, reservation.day)
+        now = self._clock()
+        with self._lock:
+            self._used[slot] = self._used.get(slot, reservation.tokens) + delta
+            pending = self._pending.setdefault(slot, [0, 0, now])
+            pending[0] += delta
+            pending[2] = now
+            self._start()
+
+    def _start(self) -> None:
+        if self._thread is None and not self._closed:
+            self._thread = threading.Thread(
+                target=self._loop, name="aifab-token-quota", daemon=True
+            )
+            self._thread.start()
+
     def add(self, key_id: str, tokens: int, requests: int = 0) -> None:
         """Count ``tokens`` (and ``requests``) against the key's day; written in the background."""
         now = self._clock()
@@ -146,11 +253,7 @@ class TokenQuota:
             pending[0] += int(tokens)
             pending[1] += int(requests)
             pending[2] = now
-            if self._thread is None and not self._closed:
-                self._thread = threading.Thread(
-                    target=self._loop, name="aifab-token-quota", daemon=True
-                )
-                self._thread.start()
+            self._start()
 
     def _load(self, key_id: str, day: str) -> int:
         with self._lock:
@@ -174,13 +277,24 @@ class TokenQuota:
         try:
             with session_scope() as s:
                 for (key_id, day), (tokens, requests, last) in pending.items():
-                    row = s.get(KeyUsageRow, (key_id, day))
-                    if row is None:
-                        row = KeyUsageRow(key_id=key_id, day=day, tokens=0, requests=0)
-                        s.add(row)
-                    row.tokens += int(tokens)
-                    row.requests += int(requests)
-                    totals[(key_id, day)] = row.tokens
+                    # In SQL, not read-modify-write: other server processes update it too.
+                    done: CursorResult[Any] = s.execute(  # type: ignore[assignment]
+                        update(KeyUsageRow)
+                        .where(KeyUsageRow.key_id == key_id, KeyUsageRow.day == day)
+                        .values(
+                            tokens=KeyUsageRow.tokens + int(tokens),
+                            requests=KeyUsageRow.requests + int(requests),
+                        )
+                    )
+                    if not done.rowcount:
+                        s.add(
+                            KeyUsageRow(
+                                key_id=key_id, day=day, tokens=int(tokens), requests=int(requests)
+                            )
+                        )
+                        s.flush()
+                    row = s.get(KeyUsageRow, (key_id, day), populate_existing=True)
+                    totals[(key_id, day)] = row.tokens if row is not None else int(tokens)
                     key = s.get(ApiKeyRow, key_id)
                     if key is not None:
                         key.last_used_at = last

@@ -249,6 +249,7 @@ class DeploymentManager:
             workers=int(row.get("replicas") or 1),
             name=f"{name}:{role}",
             on_batch=observe,
+            chunk_items=getattr(loaded.handler, "chunk_items", None),
         )
         return Target(model=loaded.ref, handler=loaded.handler, batcher=batcher, role=role, key=key)
 

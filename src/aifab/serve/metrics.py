@@ -10,6 +10,7 @@ dict lookup per call, which is measurable on the request path.
 from __future__ import annotations
 
 import contextlib
+import os
 from typing import Any
 
 from prometheus_client import (
@@ -180,5 +181,15 @@ class Metrics:
         self._children.pop((id(self.ready), deployment), None)
 
     def render(self) -> bytes:
-        """The Prometheus text exposition of every metric."""
+        """The Prometheus text exposition of every metric.
+
+        Under ``aifab serve --workers`` prometheus_client keeps the values of every process
+        in files; they are added up here, whichever process answers.
+        """
+        if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+            from prometheus_client import multiprocess
+
+            registry = CollectorRegistry()
+            multiprocess.MultiProcessCollector(registry)
+            return generate_latest(registry)
         return generate_latest(self.registry)

@@ -18,12 +18,39 @@ from pydantic import (
 )
 
 __all__ = [
+    "MAX_ITEM_CHARS",
+    "MAX_REQUEST_CHARS",
     "ChatCompletionRequest",
     "ChatMessage",
     "CompletionRequest",
     "EmbeddingRequest",
     "StreamOptions",
 ]
+
+#: Most characters of one text (a prompt, a message, an embedding input): checked before any
+#: tokenizer sees it, so a 10 MB text costs a length check, not seconds of tokenizing.
+MAX_ITEM_CHARS = 32_768
+#: Most characters of all texts of one request together.
+MAX_REQUEST_CHARS = 1_048_576
+
+
+def check_sizes(texts: list[str], field: str) -> None:
+    """Refuse a text over :data:`MAX_ITEM_CHARS` or texts over :data:`MAX_REQUEST_CHARS`."""
+    total = 0
+    for i, text in enumerate(texts):
+        if len(text) > MAX_ITEM_CHARS:
+            where = field if len(texts) == 1 else f"{field}[{i}]"
+            raise ValueError(
+                f"{where}: {len(text)} characters, over the limit of {MAX_ITEM_CHARS} "
+                "characters per text"
+            )
+        total += len(text)
+    if total > MAX_REQUEST_CHARS:
+        raise ValueError(
+            f"{field}: {total} characters in all, over the limit of {MAX_REQUEST_CHARS} "
+            "characters per request"
+        )
+
 
 #: OpenAI fields aifab cannot honour -> (the values that ask for nothing, why not).
 #: Bookkeeping fields (user, metadata, store, service_tier, ...) are accepted with any value.
@@ -177,6 +204,12 @@ class ChatCompletionRequest(_Generation):
         "modalities",
     )(_neutral)
 
+    @field_validator("messages")
+    @classmethod
+    def _sizes(cls, value: list[ChatMessage]) -> list[ChatMessage]:
+        check_sizes([m.as_template_message()["content"] for m in value], "messages")
+        return value
+
     @property
     def limit(self) -> int | None:
         """The requested completion length (``max_completion_tokens`` first)."""
@@ -197,6 +230,7 @@ class CompletionRequest(_Generation):
     def _prompts(cls, value: str | list[str]) -> str | list[str]:
         if isinstance(value, list) and not 1 <= len(value) <= 64:
             raise ValueError("give 1 to 64 prompts")
+        check_sizes([value] if isinstance(value, str) else value, "prompt")
         return value
 
     _text_unsupported = field_validator("best_of", "logprobs", "suffix")(_neutral)
@@ -222,6 +256,12 @@ class EmbeddingRequest(BaseModel):
     encoding_format: Literal["float", "base64"] | None = "float"
     dimensions: int | None = Field(None, ge=1, description="Must equal the model's dimension.")
     user: str | None = None
+
+    @field_validator("input")
+    @classmethod
+    def _sizes(cls, value: str | list[str]) -> str | list[str]:
+        check_sizes([value] if isinstance(value, str) else value, "input")
+        return value
 
     @property
     def texts(self) -> list[str]:

@@ -1,16 +1,31 @@
-"""``serve()``: run the app under uvicorn, with the jobs worker on a long-lived thread."""
+"""``serve()``: run the app under uvicorn, with the jobs worker on a long-lived thread.
+
+With ``workers > 1`` uvicorn runs that many server processes on one listening socket; they
+share a per-run directory (``<workspace>/run/serve-<pid>``) holding the rate-limit buckets
+(:class:`~aifab.serve.shared_limits.SharedRateLimiter`) and prometheus_client's multiprocess
+files, so limits stay exact and ``/metrics`` adds up every process. Token quotas are exact
+through the metadata DB already.
+"""
 
 from __future__ import annotations
 
+import json
 import logging
+import os
+import shutil
 import threading
+from pathlib import Path
+from typing import Any
 
 log = logging.getLogger("aifab.serve")
 
-__all__ = ["SHUTDOWN_GRACE_S", "serve"]
+__all__ = ["SHUTDOWN_GRACE_S", "serve", "worker_app"]
 
 #: Seconds a stop waits for requests in flight and for the jobs worker before going anyway.
 SHUTDOWN_GRACE_S = 5
+#: Environment of a worker process: the run directory and the create_app keywords.
+_RUN_DIR_ENV = "AIFAB_SERVE_RUN_DIR"
+_OPTIONS_ENV = "AIFAB_SERVE_APP_OPTIONS"
 
 
 def serve(
@@ -22,6 +37,7 @@ def serve(
     request_log_sample: float = 1.0,
     log_level: str = "info",
     access_log: bool = False,
+    workers: int = 1,
 ) -> None:
     """Serve every deployment (and run queued jobs) until interrupted.
 
@@ -33,39 +49,76 @@ def serve(
         request_log_sample: share of successful requests kept in the request log.
         log_level: uvicorn's log level.
         access_log: log one line per request (off: the request log and metrics cover it).
+        workers: server processes sharing the port (the jobs worker runs once, here).
     """
     import uvicorn
 
     from aifab.serve.app import create_app
 
-    app = create_app(
-        reconcile_interval_s=reconcile_interval_s, request_log_sample=request_log_sample
-    )
-    config = uvicorn.Config(
-        app,
-        host=host,
-        port=port,
-        log_level=log_level,
-        access_log=access_log,
+    options: dict[str, Any] = {"reconcile_interval_s": reconcile_interval_s}
+    options["request_log_sample"] = request_log_sample
+    common: dict[str, Any] = {
+        "host": host,
+        "port": port,
+        "log_level": log_level,
+        "access_log": access_log,
         # Keys travel in headers, which uvicorn never logs; keep proxy headers off so a
         # forwarded-for value cannot be spoofed into logs either.
-        proxy_headers=False,
+        "proxy_headers": False,
         # Longer than uvicorn's 5 s: pooled clients reusing an idle connection just as the
         # server closes it see a read error; 75 s is what common proxies use.
-        timeout_keep_alive=75,
+        "timeout_keep_alive": 75,
         # SIGTERM waits this long for requests in flight (a stalled upload, a long model call),
         # then cancels them: a stop must not wait on a client.
-        timeout_graceful_shutdown=SHUTDOWN_GRACE_S,
-    )
-    server = uvicorn.Server(config)
+        "timeout_graceful_shutdown": SHUTDOWN_GRACE_S,
+    }
+    run_dir = _make_run_dir(options) if workers > 1 else None
+    if run_dir is None:
+        config = uvicorn.Config(create_app(**options), **common)
+    else:
+        config = uvicorn.Config(
+            "aifab.serve.server:worker_app", factory=True, workers=workers, **common
+        )
     stop = threading.Event()
     thread = _start_worker(stop) if worker else None
     try:
-        server.run()
+        if run_dir is None:
+            uvicorn.Server(config).run()
+        else:
+            from uvicorn.supervisors import Multiprocess
+
+            Multiprocess(config, sockets=[config.bind_socket()]).run()
     finally:
         stop.set()
         if thread is not None:
             thread.join(timeout=SHUTDOWN_GRACE_S)
+        if run_dir is not None:
+            shutil.rmtree(run_dir, ignore_errors=True)
+
+
+def _make_run_dir(options: dict[str, Any]) -> Path:
+    """A fresh owner-only directory for this run's shared state.
+
+    It is named in the environment the worker processes inherit (prometheus_client reads
+    its variable when imported, so it is set before any worker starts).
+    """
+    from aifab.core.workspace import get_workspace
+
+    run_dir = get_workspace().root / "run" / f"serve-{os.getpid()}"
+    shutil.rmtree(run_dir, ignore_errors=True)  # a previous run of a reused pid
+    (run_dir / "metrics").mkdir(parents=True, mode=0o700)
+    os.environ[_RUN_DIR_ENV] = str(run_dir)
+    os.environ[_OPTIONS_ENV] = json.dumps(options)
+    os.environ["PROMETHEUS_MULTIPROC_DIR"] = str(run_dir / "metrics")
+    return run_dir
+
+
+def worker_app() -> Any:
+    """The app of one worker process of ``serve(workers=N)`` (a uvicorn factory)."""
+    from aifab.serve.app import create_app
+
+    options = json.loads(os.environ[_OPTIONS_ENV])
+    return create_app(**options, shared_dir=Path(os.environ[_RUN_DIR_ENV]))
 
 
 def _start_worker(stop: threading.Event) -> threading.Thread:

@@ -148,17 +148,20 @@ def test_transform_reuses_one_connection_per_thread() -> None:
     src = _data()
     ft = fit_features("ds", SPEC).transform
     raw = duckdb.sql(f"SELECT * FROM {src.scan_sql()}").to_arrow_table()
-    first = ft.transform_table(raw)
+    first = ft.transform_table(raw, engine="sql")  # the DuckDB path and its connections
     con = ft._local.con
-    assert ft.transform_table(raw).to_pylist() == first.to_pylist()
+    assert ft.transform_table(raw, engine="sql").to_pylist() == first.to_pylist()
     assert ft._local.con is con  # UDFs registered once, not per call
     seen: list = []
-    worker = threading.Thread(target=lambda: seen.append((ft.transform_table(raw), ft._local.con)))
+    worker = threading.Thread(
+        target=lambda: seen.append((ft.transform_table(raw, engine="sql"), ft._local.con))
+    )
     worker.start()
     worker.join()
     assert seen[0][0].to_pylist() == first.to_pylist() and seen[0][1] is not con
     copied = pickle.loads(pickle.dumps(ft))
-    assert copied == ft and copied.transform_table(raw).to_pylist() == first.to_pylist()
+    assert copied == ft
+    assert copied.transform_table(raw, engine="sql").to_pylist() == first.to_pylist()
     assert copied._local.con is not con
 
 

@@ -226,3 +226,34 @@ def test_fn_runs_off_the_event_loop_thread() -> None:
 def test_bad_settings_are_refused() -> None:
     with pytest.raises(ValueError, match="max_batch_size"):
         Batcher(doubled, max_batch_size=0)
+
+
+def test_a_big_request_is_chunked_and_other_keys_take_turns() -> None:
+    """One key's 64-item request must not hold the model until it is done (issue 9, fault 3)."""
+    batches: list[list[Any]] = []
+    started = threading.Event()
+    go = threading.Event()
+
+    def fn(items: list[Any]) -> list[Any]:
+        started.set()
+        go.wait(10)  # the first chunk runs until the small request has queued
+        batches.append(list(items))
+        return doubled(items)
+
+    async def main() -> tuple[list[Any], list[Any]]:
+        b = Batcher(fn, chunk_items=4)
+        try:
+            big = asyncio.ensure_future(b.submit(list(range(64)), key="big"))
+            await asyncio.to_thread(started.wait, 10)
+            small = asyncio.ensure_future(b.submit([1000], key="small"))
+            await asyncio.sleep(0.05)
+            go.set()
+            return await big, await small
+        finally:
+            await b.close()
+
+    big, small = run(main)
+    assert big == [2 * x for x in range(64)] and small == [2000]  # whole, in order
+    assert all(len(batch) <= 4 for batch in batches) and len(batches) == 17
+    # the small key ran right after the big key's first chunk, not after all 16
+    assert batches.index([1000]) == 1

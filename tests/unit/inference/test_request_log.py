@@ -91,3 +91,38 @@ def test_bad_arguments() -> None:
         RequestLogger(sample_rate=1.5)
     with pytest.raises(InvalidInputError, match="limit"):
         recent_requests(limit=0)
+
+
+def test_a_stalled_writer_drops_and_counts_instead_of_blocking(
+    workspace, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import sqlite3
+
+    from aifab.core.db import get_engine
+    from aifab.inference import request_log
+
+    get_engine()  # the schema exists
+    monkeypatch.setattr(request_log, "MAX_QUEUED", 5)
+    drops: list[int] = []
+    logger = RequestLogger(flush_interval_s=0.01, on_drop=lambda: drops.append(1))
+    # Another process's write transaction holds the DB: the writer cannot insert meanwhile.
+    holder = sqlite3.connect(workspace / "aifab.db", isolation_level=None)
+    holder.execute("BEGIN EXCLUSIVE")
+    try:
+        for i in range(30):
+            logger.log(_entry(i))
+        # at most 5 queued and 5 taken by the (blocked) writer: the rest dropped at once
+        assert logger.dropped >= 30 - 10
+        assert len(drops) == logger.dropped
+    finally:
+        holder.execute("ROLLBACK")
+        holder.close()
+    logger.close()
+    assert len(recent_requests(limit=100)) == 30 - logger.dropped
+
+
+def test_entries_not_sampled_in_are_never_built() -> None:
+    logger = RequestLogger(sample_rate=0.0)
+    assert not logger.wants(200) and logger.wants(500)
+    logger.close()
+    assert not logger.wants(500)  # closed: nothing is kept any more

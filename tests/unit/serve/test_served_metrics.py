@@ -92,3 +92,24 @@ def test_every_response_is_counted_by_route_method_and_status() -> None:
     assert fams["aifab_inter_token_latency_seconds"].samples
     assert "process_resident_memory_bytes" in fams
     assert not any(s.name.endswith("_created") for f in fams.values() for s in f.samples)
+
+
+def test_dropped_request_log_entries_reach_metrics(monkeypatch) -> None:
+    from fastapi.testclient import TestClient
+
+    from aifab.inference import request_log
+    from aifab.serve.app import create_app
+
+    monkeypatch.setattr(request_log, "MAX_QUEUED", 0)  # a writer that is always behind
+    app = create_app()
+    with TestClient(app) as client:
+        for _ in range(3):
+            app.state.request_log.log({"deployment": "d", "status": 200})
+        text = client.get("/metrics").text
+    [value] = [
+        s.value
+        for fam in text_string_to_metric_families(text)
+        for s in fam.samples
+        if s.name == "aifab_request_log_dropped_total"
+    ]
+    assert value == 3

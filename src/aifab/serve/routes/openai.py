@@ -19,7 +19,7 @@ from fastapi.responses import JSONResponse, StreamingResponse
 from aifab.core.errors import InvalidInputError
 from aifab.serve.auth import Principal, require
 from aifab.serve.errors import ApiError, as_api_error
-from aifab.serve.invoke import invoke, key_id, record
+from aifab.serve.invoke import invoke, key_id, needs_reservation, record, reserve
 from aifab.serve.openai_models import ChatCompletionRequest, CompletionRequest, EmbeddingRequest
 from aifab.serve.openai_stream import Completion, sse_events
 
@@ -145,9 +145,20 @@ async def _prepared(
     """Pick the deployment and target, build the generation requests; record failures."""
     served = _served(request, body.model, "lm")
     target = served.pick(request.headers)
+    reserving = needs_reservation(request)
+
+    def built(handler: Any) -> list[Any]:
+        items = build(handler)
+        if reserving:  # the most it may use: every prompt's tokens and max_tokens
+            reserve(
+                request,
+                sum(handler.count_tokens(i.prompt) + i.params.max_tokens for i in items),
+            )
+        return items
+
     try:
         # Templating and tokenizing a long prompt takes milliseconds: not on the event loop.
-        items = await asyncio.to_thread(build, target.handler)
+        items = await asyncio.to_thread(built, target.handler)
     except ApiError as exc:
         record(request, served.name, status=exc.status, started=started, model=target.model)
         raise
@@ -274,6 +285,11 @@ async def embeddings(
         raise
     # Counting takes the handler's tokenizer lock, which a running batch may hold.
     tokens = await asyncio.to_thread(lambda: sum(handler.count_tokens(t) for t in texts))
+    try:
+        await asyncio.to_thread(reserve, request, tokens)
+    except ApiError as exc:
+        record(request, served.name, status=exc.status, started=started, model=target.model)
+        raise
     vectors = await invoke(
         request,
         served,
