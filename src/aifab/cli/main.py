@@ -19,6 +19,7 @@ from aifab.cli import (
     keys,
     models,
     pipeline,
+    prompts,
     queue,
     runs,
     serve,
@@ -56,6 +57,7 @@ keys.register(app)
 serve.register(app)
 app.add_typer(data.app, name="data")
 app.add_typer(audit.app, name="audit")
+app.add_typer(prompts.app, name="prompts")
 
 
 def main() -> None:

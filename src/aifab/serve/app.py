@@ -29,6 +29,8 @@ _ROUTERS = (
     "aifab.serve.routes.keys",
     "aifab.serve.routes.data",
     "aifab.serve.routes.requests",
+    "aifab.serve.routes.prompts",
+    "aifab.serve.routes.kb",
 )
 
 
