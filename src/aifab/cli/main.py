@@ -16,6 +16,7 @@ from aifab.cli import (
     data,
     deploy,
     jobs,
+    kb,
     keys,
     models,
     pipeline,
@@ -58,6 +59,7 @@ serve.register(app)
 app.add_typer(data.app, name="data")
 app.add_typer(audit.app, name="audit")
 app.add_typer(prompts.app, name="prompts")
+app.add_typer(kb.app, name="kb")
 
 
 def main() -> None:
