@@ -84,6 +84,8 @@ def _decode(data: bytes) -> str:
     """UTF-8 (with or without BOM), UTF-16 with a BOM, else Windows-1252; junk is refused."""
     if data.startswith((b"\xff\xfe", b"\xfe\xff")):
         text = data.decode("utf-16")
+    elif b"\x00" in data[:65536]:
+        raise ValueError("binary content, not text")
     else:
         try:
             text = data.decode("utf-8-sig")

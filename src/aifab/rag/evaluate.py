@@ -136,7 +136,13 @@ def eval_kb(
         experiment, run_name=f"{name}@{version}", params=params, system_metrics=False
     ) as run:
         run.log_metrics(
-            {f"{mode}/{key}": v for mode, m in metrics.items() for key, v in m.items()}, step=0
+            # MLflow keys may not hold "@": recall@5 is logged as recall_at_5.
+            {
+                f"{mode}/{key.replace('@', '_at_')}": v
+                for mode, m in metrics.items()
+                for key, v in m.items()
+            },
+            step=0,
         )
         run_id = run.id
     audited("kb.eval", f"kb:{name}@{version}", {**params, "run_id": run_id})
