@@ -14,7 +14,6 @@ from aifab.rag.documents import load_path, load_texts, parse_bytes
 from aifab.rag.evaluate import metrics_for
 from aifab.rag.search import rrf
 
-
 MD = """Intro text before any heading.
 
 # Guide
