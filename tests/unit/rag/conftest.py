@@ -18,6 +18,8 @@ from typing import Any
 
 import httpx
 import pytest
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse, StreamingResponse
 
 DOCS: dict[str, str] = {
     "guide/install.md": "# Installing\n\nRun `pip install aifab` in a fresh virtual "
@@ -99,9 +101,6 @@ class ChatStandIn:
 
 
 def _standin_app(state: ChatStandIn) -> Any:
-    from fastapi import FastAPI, Request
-    from fastapi.responses import JSONResponse, StreamingResponse
-
     app = FastAPI()
 
     @app.post("/v1/chat/completions")
