@@ -32,6 +32,9 @@ STEPS = Registry(
         "train": "aifab.pipeline.train_steps:train",
         "register": "aifab.pipeline.train_steps:register",
         "deploy": "aifab.pipeline.serve_steps:deploy",
+        "kb_build": "aifab.pipeline.rag_steps:kb_build",
+        "kb_eval": "aifab.pipeline.rag_steps:kb_eval",
+        "prompt_eval": "aifab.pipeline.rag_steps:prompt_eval",
     },
 )
 

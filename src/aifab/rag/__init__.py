@@ -16,6 +16,7 @@ from aifab.rag.build import (
     get_kb,
     kb_lineage,
     list_kbs,
+    sync_kb,
 )
 from aifab.rag.config import KBConfig
 from aifab.rag.embedders import EmbedderUnavailable
@@ -37,4 +38,5 @@ __all__ = [
     "list_kbs",
     "load_qa",
     "search",
+    "sync_kb",
 ]

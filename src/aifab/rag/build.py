@@ -40,6 +40,7 @@ __all__ = [
     "kb_lineage",
     "list_kbs",
     "load_kb",
+    "sync_kb",
 ]
 
 #: ``progress(stage, done, total)``: stages are ``read``, ``embed``, ``index``.
@@ -332,6 +333,44 @@ def add_documents(
         raise InvalidInputError(f"{where}: no document could be indexed ({reasons or 'empty'})")
     staged, stats = _build(name, cfg, parent, loaded.documents, set(), progress)
     return _record(name, None, staged, stats, loaded, "kb.add")
+
+
+def sync_kb(
+    name: str,
+    source: Source,
+    *,
+    text_column: str | None = None,
+    id_column: str | None = None,
+    config: KBConfig | dict[str, Any] | None = None,
+    progress: Progress | None = None,
+) -> dict[str, Any]:
+    """Create the KB, or add what changed in ``source``; unchanged sources make no version.
+
+    For pipelines: running it again on the same files is a no-op (``action: unchanged``).
+
+    Returns:
+        The KB (as :func:`get_kb`) with ``action``: ``created``, ``updated`` or ``unchanged``.
+    """
+    with session_scope() as s:
+        exists = s.get(KnowledgeBaseRow, _check_name(name)) is not None
+    if not exists:
+        kb = create_kb(
+            name,
+            source,
+            text_column=text_column,
+            id_column=id_column,
+            config=config,
+            progress=progress,
+        )
+        return {**kb, "action": "created"}
+    current = kb_lineage(name)[0]
+    loaded = _read(source, text_column, id_column)
+    if loaded.documents and all(src in current["sources"] for src in loaded.sources):
+        return {**get_kb(name), "action": "unchanged"}
+    kb = add_documents(
+        name, source, text_column=text_column, id_column=id_column, progress=progress
+    )
+    return {**kb, "action": "updated"}
 
 
 def delete_documents(name: str, documents: Sequence[str]) -> dict[str, Any]:

@@ -13,7 +13,7 @@ from typing import Any
 
 from aifab.core.audit import audited
 from aifab.core.errors import InvalidInputError, NotFoundError
-from aifab.rag.search import MODES, search
+from aifab.rag.search import MODES, embed_queries, search
 
 __all__ = ["load_qa", "metrics_for", "eval_kb"]
 
@@ -123,10 +123,19 @@ def eval_kb(
     depth = max(k, 10)
     metrics: dict[str, dict[str, float]] = {}
     version = 0
+    unknown = [m for m in modes if m not in MODES]
+    if unknown or not modes:
+        raise InvalidInputError(f"modes: give some of {', '.join(MODES)}")
+    vectors = (
+        embed_queries(name, [q["question"] for q in questions])
+        if {"dense", "hybrid"} & set(modes)
+        else None
+    )
     for mode in modes:
         totals: dict[str, float] = {}
-        for item in questions:
-            result = search(name, item["question"], k=depth, mode=mode)
+        for i, item in enumerate(questions):
+            qv = vectors[i] if vectors is not None else None
+            result = search(name, item["question"], k=depth, mode=mode, query_vector=qv)
             version = result["version"]
             for key, value in metrics_for(result["results"], item["expected"], k).items():
                 totals[key] = totals.get(key, 0.0) + value

@@ -18,7 +18,7 @@ from aifab.rag.build import load_kb
 from aifab.rag.embedders import get_embedder
 from aifab.rag.store import KBFiles
 
-__all__ = ["MAX_K", "MAX_QUERY_CHARS", "MODES", "RRF_K", "rrf", "search"]
+__all__ = ["MAX_K", "MAX_QUERY_CHARS", "MODES", "RRF_K", "embed_queries", "rrf", "search"]
 
 MODES = ("dense", "bm25", "hybrid")
 MAX_K = 100
@@ -49,14 +49,22 @@ def _allowed(files: KBFiles, filters: Mapping[str, Any] | None) -> np.ndarray | 
     return mask
 
 
-def _dense(files: KBFiles, query: str, depth: int, mask: np.ndarray | None) -> list[int]:
-    embedder = get_embedder(files.manifest["config"]["embedder"])
-    q = embedder.embed([query])
+def _dense(files: KBFiles, q: np.ndarray, depth: int, mask: np.ndarray | None) -> list[int]:
     # Filtered searches look deeper so enough allowed rows survive.
     fetch = len(files.chunks) if mask is not None else depth
-    _, rows = files.dense.search(q, fetch)
+    _, rows = files.dense.search(q.reshape(1, -1), fetch)
     out = [int(r) for r in rows[0] if r >= 0 and (mask is None or mask[r])]
     return out[:depth]
+
+
+def embed_queries(name: str, queries: list[str]) -> np.ndarray:
+    """Query vectors for KB ``name``'s embedder, in one batch (evaluation embeds all at once).
+
+    Raises:
+        EmbedderUnavailable: the KB's embedder is gone.
+    """
+    _, files = load_kb(name)
+    return np.asarray(get_embedder(files.manifest["config"]["embedder"]).embed(queries))
 
 
 def _bm25(files: KBFiles, query: str, depth: int, mask: np.ndarray | None) -> list[int]:
@@ -120,6 +128,7 @@ def search(
     mode: str = "hybrid",
     filters: Mapping[str, Any] | None = None,
     rerank: str | None = None,
+    query_vector: np.ndarray | None = None,
 ) -> dict[str, Any]:
     """Search knowledge base ``name``.
 
@@ -131,6 +140,7 @@ def search(
             reciprocal rank).
         filters: metadata equality filters (``{"type": "md"}``; ``document`` too).
         rerank: a local cross-encoder directory that re-scores the fused candidates.
+        query_vector: the query's embedding when the caller has it (:func:`embed_queries`).
 
     Returns:
         ``{"kb", "version", "mode", "results": [...], "timings_ms"}``; ``results`` may be empty
@@ -154,15 +164,19 @@ def search(
     mask = _allowed(files, filters)
     depth = max(k, 50) if (mode == "hybrid" or rerank) else k
     ranked: dict[str, list[int]] = {}
+    q = None
     if mode in ("dense", "hybrid"):
-        ranked["dense"] = _dense(files, query, depth, mask)
+        q = query_vector
+        if q is None:
+            q = get_embedder(files.manifest["config"]["embedder"]).embed([query])[0]
+        ranked["dense"] = _dense(files, np.asarray(q, dtype="float32"), depth, mask)
     if mode in ("bm25", "hybrid"):
         ranked["bm25"] = _bm25(files, query, depth, mask)
     positions = {m: {row: i + 1 for i, row in enumerate(rows)} for m, rows in ranked.items()}
     if mode == "hybrid":
         scored = rrf([ranked["dense"], ranked["bm25"]])
     elif mode == "dense":
-        q = get_embedder(files.manifest["config"]["embedder"]).embed([query])[0]
+        assert q is not None
         scored = [(r, float(np.dot(files.vectors[r], q))) for r in ranked["dense"]]
     else:
         bm = files.keyword.scores(query)
