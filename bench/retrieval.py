@@ -167,10 +167,28 @@ def bench_incremental(n: int, docs: int) -> None:
 
 def _corpus(n: int, seed: int) -> list[str]:
     rng = np.random.default_rng(seed)
-    words = (
-        "model data queue index lake token deploy canary shard vector chunk prompt "
-        "metric alias job worker cluster gateway quota drift"
-    ).split()
+    words = [
+        "model",
+        "data",
+        "queue",
+        "index",
+        "lake",
+        "token",
+        "deploy",
+        "canary",
+        "shard",
+        "vector",
+        "chunk",
+        "prompt",
+        "metric",
+        "alias",
+        "job",
+        "worker",
+        "cluster",
+        "gateway",
+        "quota",
+        "drift",
+    ]
     return [" ".join(rng.choice(words, 40)) + f" doc {seed}-{i}." for i in range(n)]
 
 
