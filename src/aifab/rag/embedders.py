@@ -1,7 +1,8 @@
 """Embedders: texts -> L2-normalised float32 vectors, batched; a ``Protocol`` plus a registry.
 
 ``local`` runs anything aifab can serve as an embedding model in this process (the builtin
-MiniLM, a registry model, a model directory); ``openai`` calls an OpenAI-compatible
+MiniLM, a registry model, a model directory); ``onnx`` (``onnx:SOURCE``) runs such a model
+exported to ONNX Runtime; ``openai`` calls an OpenAI-compatible
 ``/embeddings`` endpoint (an aifab server's embedding deployment, or another).
 """
 
@@ -17,7 +18,14 @@ import numpy as np
 from aifab.core.errors import AifabError, ConflictError, first_line
 from aifab.core.registry import Registry
 
-__all__ = ["DEFAULT_EMBEDDER", "EMBEDDERS", "Embedder", "EmbedderUnavailable", "get_embedder"]
+__all__ = [
+    "DEFAULT_EMBEDDER",
+    "EMBEDDERS",
+    "Embedder",
+    "EmbedderUnavailable",
+    "get_embedder",
+    "normalise",
+]
 
 DEFAULT_EMBEDDER = "builtin:all-minilm-l6-v2"
 BATCH = 64
@@ -38,7 +46,8 @@ class Embedder(Protocol):
         """``(len(texts), dimension)`` float32, rows of unit length."""
 
 
-def _normalise(vectors: np.ndarray) -> np.ndarray:
+def normalise(vectors: np.ndarray) -> np.ndarray:
+    """Rows scaled to unit length (float32, C-contiguous; zero rows stay zero)."""
     v = np.asarray(vectors, dtype="float32")
     norms = np.linalg.norm(v, axis=1, keepdims=True)
     return np.ascontiguousarray(v / np.maximum(norms, 1e-12))
@@ -65,7 +74,7 @@ class LocalEmbedder:
             out[start : start + len(batch)] = self.handler.predict(batch)
             if progress is not None:
                 progress(start + len(batch))
-        return _normalise(out)
+        return normalise(out)
 
 
 class OpenAIEmbedder:
@@ -103,7 +112,7 @@ class OpenAIEmbedder:
                 raise EmbedderUnavailable(f"embedder {self.name}: {first_line(exc)}") from None
             if progress is not None:
                 progress(len(rows))
-        return _normalise(np.asarray(rows, dtype="float32"))
+        return normalise(np.asarray(rows, dtype="float32"))
 
 
 #: Embedder class per kind; :func:`get_embedder` picks the kind from the source string.
@@ -112,6 +121,7 @@ EMBEDDERS = Registry(
     {
         "local": "aifab.rag.embedders:LocalEmbedder",
         "openai": "aifab.rag.embedders:OpenAIEmbedder",
+        "onnx": "aifab.rag.embedders_onnx:OnnxEmbedder",
     },
 )
 _CACHE: dict[str, Any] = {}
@@ -125,7 +135,10 @@ def get_embedder(source: str = DEFAULT_EMBEDDER) -> Any:
         EmbedderUnavailable: the model is gone, unreadable, not an embedding model, or the
             endpoint does not answer (the message names it).
     """
-    kind = "openai" if source.startswith(("http://", "https://")) else "local"
+    if source.startswith(("http://", "https://")):
+        kind = "openai"
+    else:
+        kind = "onnx" if source.startswith("onnx:") else "local"
     with _LOCK:
         if source not in _CACHE:
             try:

@@ -272,3 +272,22 @@ def test_rerank_orders_by_the_cross_encoder(kb: dict[str, Any], tiny_cross_encod
     assert scores == pytest.approx([float(s) for s in expected], abs=1e-5)
     with pytest.raises(InvalidInputError, match="rerank"):
         search("docs", "deploy", rerank="/no/such/model")
+
+
+@pytest.mark.slow
+def test_onnx_embedder_matches_torch(module_docs: Path) -> None:
+    import numpy as np
+
+    from aifab.rag.embedders import get_embedder
+
+    texts = ["how do I deploy a model", "Parquet files in the lake", "a third, longer sentence"]
+    torch_v = get_embedder("builtin:all-minilm-l6-v2").embed(texts)
+    onnx_v = get_embedder("onnx:builtin:all-minilm-l6-v2").embed(texts)
+    assert onnx_v.shape == torch_v.shape
+    assert float(np.min((onnx_v * torch_v).sum(axis=1))) > 1 - 1e-3
+    kb = create_kb(
+        "docs-onnx", str(module_docs), config={"embedder": "onnx:builtin:all-minilm-l6-v2"}
+    )
+    assert kb["embedder"] == "onnx:builtin:all-minilm-l6-v2"
+    q = "how do I serve a registered model behind the gateway"
+    assert _docs(search("docs-onnx", q, k=1, mode="dense")) == ["guide/deploy.md"]
