@@ -10,11 +10,13 @@ Sections (``--only`` picks some):
 - ``incremental``: adding 1% more vectors to aifab's index vs rebuilding it; and a KB of
   generated documents (real MiniLM embeddings) grown by 1% with ``add_documents`` vs built
   again from scratch. Goal: >= 20x faster.
+- ``embed``: MiniLM sentences/s, torch vs ONNX Runtime (``onnx:`` embedder), and the smallest
+  cosine between their vectors. Goal: >= 1.5x, within 1e-3.
 - ``qa``: nDCG@10 of dense, BM25 and hybrid on ``examples/rag`` (goal: hybrid >= the better).
 - ``ask``: ``kb ask`` through a tiny LM deployment in-process: p50/p99 of retrieval and
   generation over 20 questions.
 
-    .venv/bin/python bench/retrieval.py --only index incremental qa ask
+    .venv/bin/python bench/retrieval.py --only index embed incremental qa ask
 """
 
 from __future__ import annotations
@@ -219,6 +221,28 @@ def _bench_kb_incremental(docs: int) -> None:
         delete_kb(name)
 
 
+def bench_embed(n: int) -> None:
+    from aifab.rag.embedders import get_embedder
+
+    texts = _corpus(n, 5)
+    torch_e = get_embedder("builtin:all-minilm-l6-v2")
+    onnx_e = get_embedder("onnx:builtin:all-minilm-l6-v2")
+    set_threads(2)
+    rates, vectors = {}, {}
+    for name, e in (("torch", torch_e), ("onnx", onnx_e), ("torch ", torch_e)):
+        e.embed(texts[:64])  # warm-up
+        t = time.perf_counter()
+        vectors[name.strip()] = e.embed(texts)
+        rates[name] = n / (time.perf_counter() - t)
+    cos = float(np.min((vectors["torch"] * vectors["onnx"]).sum(axis=1)))
+    torch_rate = (rates["torch"] + rates["torch "]) / 2  # before and after, for fairness
+    print(f"\n## embed: MiniLM on {n} generated sentences, batch 64, 2 threads")
+    print(
+        f"torch {torch_rate:.0f} sent/s   onnx {rates['onnx']:.0f} sent/s   "
+        f"ratio {rates['onnx'] / torch_rate:.2f}x   min cosine {cos:.6f}"
+    )
+
+
 def bench_qa() -> None:
     from aifab.rag import create_kb, eval_kb
 
@@ -282,8 +306,9 @@ def bench_ask() -> None:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--only", nargs="*", default=["index", "incremental", "qa", "ask"])
+    ap.add_argument("--only", nargs="*", default=["index", "embed", "incremental", "qa", "ask"])
     ap.add_argument("--n", type=int, default=100_000, help="Vectors in the index benchmark.")
+    ap.add_argument("--sentences", type=int, default=1000, help="Texts in the embed benchmark.")
     ap.add_argument("--docs", type=int, default=1000, help="Documents in the KB increment test.")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as home:
@@ -292,6 +317,8 @@ def main() -> None:
         os.environ.setdefault("AIFAB_ACTOR", "user:bench")
         if "index" in args.only:
             bench_index(args.n)
+        if "embed" in args.only:
+            bench_embed(args.sentences)
         if "incremental" in args.only:
             bench_incremental(args.n, args.docs)
         if "qa" in args.only or "ask" in args.only:
