@@ -271,3 +271,40 @@ def test_ask_through_the_tiny_lm_in_process(kb: dict[str, Any], tiny_lm: dict[st
     assert out["prompt_truncated"] is True  # a 64-token context cannot hold the sources
     pieces = list(ask_stream("notes", "How do I deploy?", chat="tiny-chat", max_tokens=4))
     assert pieces[0]["type"] == "citations" and pieces[-1]["type"] == "done"
+
+
+def test_cli_ask_and_prompt_eval(kb: dict[str, Any], standin: Any, cli, tmp_path: Path) -> None:
+    r = cli("kb", "ask", "notes", "How do I deploy?", "--chat", standin.url, "-k", "2")
+    assert r.exit_code == 0, r.stderr
+    assert standin.reply in r.stdout and "[1] " in r.stdout and "retrieval" in r.stdout
+    r = cli("kb", "ask", "notes", "How do I deploy?", "--chat", standin.url, "--stream")
+    assert r.exit_code == 0, r.stderr
+    assert "answer is in [1]." in r.stdout and "[1] " in r.stdout
+    r = cli("kb", "ask", "notes", "How?", "--chat", _dead_url())
+    assert r.exit_code == 1 and r.stderr.startswith("error: chat endpoint")
+    assert len(r.stderr.strip().splitlines()) == 1
+    standin.mode = "ok"
+    rows = tmp_path / "rows.csv"
+    rows.write_text("question,expected\nWhere?,answer\n", encoding="utf-8")
+    from aifab.data import ingest
+
+    ingest("cli_rows", str(rows))
+    create_prompt("cli-p", "{{ question }}")
+    r = cli(
+        "prompts",
+        "eval",
+        "cli-p",
+        "--data",
+        "cli_rows",
+        "--chat",
+        standin.url,
+        "--scorer",
+        "contains",
+        "--json",
+    )
+    assert r.exit_code == 0, r.stderr
+    assert json.loads(r.stdout)["scores"] == {"contains": 1.0}
+    r = cli(
+        "prompts", "eval", "cli-p", "--data", "cli_rows", "--chat", standin.url, "--scorer", "bleu"
+    )
+    assert r.exit_code == 2 and "scorers" in r.stderr
