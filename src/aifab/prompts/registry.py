@@ -66,7 +66,8 @@ def _resolve(s: Session, ref: str) -> PromptVersionRow:
     if tag is None or tag == "latest":
         row = s.scalars(q.order_by(PromptVersionRow.version.desc()).limit(1)).first()
     elif tag.isdigit():
-        row = s.get(PromptVersionRow, (name, int(tag)))
+        # Longer numbers than any version would overflow the DB's integer.
+        row = s.get(PromptVersionRow, (name, int(tag))) if len(tag) < 10 else None
     else:
         alias = s.get(PromptAliasRow, (name, tag))
         row = s.get(PromptVersionRow, (name, alias.version)) if alias else None

@@ -21,15 +21,40 @@ MAX_OUTPUT_CHARS = 1_000_000
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,63}$")
 
 
+#: Largest exponent and repeated-sequence length a template may compute.
+MAX_POWER = 1024
+MAX_REPEAT_CHARS = 100_000
+
+
+def _bounded_binop(op: str, left: Any, right: Any) -> Any:
+    """``**`` and ``*`` with bounds, so ``9 ** 9 ** 9`` or ``'x' * 10**10`` cannot stall."""
+    from jinja2.sandbox import SecurityError
+
+    if op == "**" and isinstance(right, int | float) and abs(right) > MAX_POWER:
+        raise SecurityError(f"exponent {right} is over {MAX_POWER}")
+    if op == "*":
+        seq, times = (left, right) if isinstance(right, int) else (right, left)
+        too_long = isinstance(seq, str | list | tuple) and isinstance(times, int)
+        if too_long and len(seq) * times > MAX_REPEAT_CHARS:
+            raise SecurityError(f"repeating a sequence to over {MAX_REPEAT_CHARS} items")
+    return left**right if op == "**" else left * right
+
+
 @lru_cache(maxsize=1)
 def _env() -> Any:
     from jinja2 import StrictUndefined
     from jinja2.sandbox import ImmutableSandboxedEnvironment
 
+    class Env(ImmutableSandboxedEnvironment):
+        intercepted_binops = frozenset({"**", "*"})
+
+        def call_binop(self, context: Any, operator: str, left: Any, right: Any) -> Any:
+            if operator in self.intercepted_binops:
+                return _bounded_binop(operator, left, right)
+            return super().call_binop(context, operator, left, right)
+
     # Immutable: templates may not even call list.append / dict.update on the variables.
-    return ImmutableSandboxedEnvironment(
-        undefined=StrictUndefined, autoescape=False, keep_trailing_newline=True
-    )
+    return Env(undefined=StrictUndefined, autoescape=False, keep_trailing_newline=True)
 
 
 def _parse(template: str) -> Any:
@@ -98,7 +123,7 @@ def render(template: str, declared: Iterable[str], values: Mapping[str, Any]) ->
             f"unknown variable(s): {', '.join(extra)} (declared: {', '.join(sorted(names))})"
         )
     try:
-        out = _env().from_string(_parse_source(template)).render(**dict(values))
+        out = _render_bounded(_env().from_string(_parse_source(template)), dict(values))
     except SecurityError as exc:
         raise InvalidInputError(f"template: refused by the sandbox: {exc}") from None
     except UndefinedError as exc:
@@ -110,6 +135,18 @@ def render(template: str, declared: Iterable[str], values: Mapping[str, Any]) ->
     if len(out) > MAX_OUTPUT_CHARS:
         raise InvalidInputError(f"rendered prompt is over {MAX_OUTPUT_CHARS} characters")
     return str(out)
+
+
+def _render_bounded(compiled: Any, values: dict[str, Any]) -> str:
+    """Render piece by piece, stopping as soon as the output passes the size limit."""
+    parts: list[str] = []
+    size = 0
+    for piece in compiled.generate(**values):
+        size += len(piece)
+        if size > MAX_OUTPUT_CHARS:
+            raise InvalidInputError(f"rendered prompt is over {MAX_OUTPUT_CHARS} characters")
+        parts.append(piece)
+    return "".join(parts)
 
 
 def _parse_source(template: str) -> str:

@@ -19,6 +19,7 @@ from sqlalchemy import select
 
 from aifab.core.actor import current_actor
 from aifab.core.audit import record_event
+from aifab.core.config import parse_config
 from aifab.core.db import session_scope
 from aifab.core.errors import ConflictError, InvalidInputError, NotFoundError
 from aifab.rag.chunking import Chunk, chunk_document
@@ -273,7 +274,7 @@ def create_kb(
         EmbedderUnavailable: the embedding model cannot be loaded.
     """
     _check_name(name)
-    cfg = config if isinstance(config, KBConfig) else KBConfig.model_validate(config or {})
+    cfg = config if isinstance(config, KBConfig) else parse_config(KBConfig, config, "config")
     with session_scope() as s:
         if s.get(KnowledgeBaseRow, name) is not None:
             raise ConflictError(f"knowledge base {name!r} already exists (use 'aifab kb add')")

@@ -156,3 +156,21 @@ def test_http_roles_and_errors(client: TestClient) -> None:
     assert r.status_code == 403
     r = client.post("/v1/prompts", headers=dev, json={"name": "bad", "template": "{% if %}"})
     assert r.status_code == 422
+
+
+def test_hostile_templates_are_bounded() -> None:
+    with pytest.raises(InvalidInputError, match="sandbox"):
+        render("{% set n = 10 %}{{ n ** 100000000 }}", [], {})
+    with pytest.raises(InvalidInputError, match="sandbox"):
+        render("{{ 'x' * 10000000000 }}", [], {})
+    with pytest.raises(InvalidInputError, match="over"):
+        render("{% for i in range(99999) %}{{ 'y' * 99 }}{% endfor %}", [], {})
+    assert render("{{ 2 ** 10 }} {{ 'ab' * 3 }}", [], {}) == "1024 ababab"
+
+
+def test_http_odd_refs_are_4xx(client: TestClient) -> None:
+    dev = _key("developer")
+    client.post("/v1/prompts", json={"name": "qa", "template": QA}, headers=dev)
+    assert client.get("/v1/prompts/qa@99999999999999999999999", headers=dev).status_code == 404
+    r = client.put("/v1/prompts/qa/aliases/prod", headers=dev, json={"version": 2**70})
+    assert r.status_code == 422

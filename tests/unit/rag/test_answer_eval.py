@@ -308,3 +308,19 @@ def test_cli_ask_and_prompt_eval(kb: dict[str, Any], standin: Any, cli, tmp_path
         "prompts", "eval", "cli-p", "--data", "cli_rows", "--chat", standin.url, "--scorer", "bleu"
     )
     assert r.exit_code == 2 and "scorers" in r.stderr
+
+
+def test_http_does_not_index_server_paths_or_take_bad_config(client: TestClient) -> None:
+    dev = _key("developer")
+    r = client.post("/v1/kb", headers=dev, json={"name": "etc", "source": "/etc"})
+    assert r.status_code == 422 and "text_column" in r.json()["error"]["message"]
+    r = client.post(
+        "/v1/kb",
+        headers=dev,
+        json={
+            "name": "cfg",
+            "documents": [{"id": "a", "text": "alpha"}],
+            "config": {"chunk_tokens": "many", "colour": 1},
+        },
+    )
+    assert r.status_code == 422 and "chunk_tokens" in r.json()["error"]["message"]

@@ -43,7 +43,7 @@ class KBCreate(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     name: str = _NAME
-    source: str | None = Field(None, description="Server path or dataset NAME[@V].")
+    source: str | None = Field(None, description="Dataset NAME[@V] (with text_column).")
     text_column: str | None = Field(None, description="Dataset text column.")
     id_column: str | None = None
     documents: list[InlineDocument] | None = Field(None, max_length=100_000)
@@ -116,6 +116,14 @@ async def create(body: KBCreate, principal: Principal = Depends(require("deploy"
     """Build a knowledge base (quarantined documents come back with their reasons)."""
     if (body.source is None) == (body.documents is None):
         raise ApiError(422, "give exactly one of 'source' and 'documents'", param="source")
+    if body.source is not None and body.text_column is None:
+        # Server paths are indexed from the CLI only: a key must not read the server's disk.
+        raise ApiError(
+            422,
+            "source: over HTTP, a source is a dataset and needs text_column; send files' text "
+            "as 'documents'",
+            param="source",
+        )
     source: Any = body.source
     if body.documents is not None:
         source = [d.model_dump() for d in body.documents]

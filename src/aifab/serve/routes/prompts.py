@@ -44,7 +44,7 @@ class AliasSet(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    version: int = Field(..., ge=1)
+    version: int = Field(..., ge=1, lt=2**31)
 
 
 @router.get("")
