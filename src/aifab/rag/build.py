@@ -295,8 +295,8 @@ def _current(name: str) -> tuple[KBConfig, KBFiles]:
         v = s.get(KBVersionRow, (name, row.current_version))
         assert v is not None
         cfg = KBConfig.model_validate(row.config)
-        version, directory = v.version, v.index_dir
-    files = load_version(name, version, directory, cfg.hnsw_ef_search)
+        version, directory, created = v.version, v.index_dir, v.created_at
+    files = load_version(name, version, directory, cfg.hnsw_ef_search, created)
     files.manifest.setdefault("dir", directory)
     return cfg, files
 

@@ -108,13 +108,18 @@ _CACHE: dict[str, KBFiles] = {}
 _LOCK = threading.Lock()
 
 
-def load_version(kb: str, version: int, directory: str | Path, ef_search: int = 96) -> KBFiles:
+def load_version(
+    kb: str, version: int, directory: str | Path, ef_search: int = 96, created_at: float = 0.0
+) -> KBFiles:
     """Load (once per process) the files of a version.
+
+    The cache key holds the version's creation time: a KB deleted and built again under the
+    same name reuses the folder name, never the cached files.
 
     Raises:
         IntegrityError: files missing or unreadable (the message names the folder).
     """
-    key = f"{directory}"
+    key = f"{directory}@{created_at!r}"
     with _LOCK:
         hit = _CACHE.get(key)
     if hit is not None:

@@ -291,3 +291,13 @@ def test_onnx_embedder_matches_torch(module_docs: Path) -> None:
     assert kb["embedder"] == "onnx:builtin:all-minilm-l6-v2"
     q = "how do I serve a registered model behind the gateway"
     assert _docs(search("docs-onnx", q, k=1, mode="dense")) == ["guide/deploy.md"]
+
+
+def test_a_recreated_kb_is_not_served_from_the_old_files(kb: dict[str, Any]) -> None:
+    from aifab.rag import delete_kb
+
+    create_kb("again", [{"id": "old", "text": "apples grow on trees"}])
+    assert _docs(search("again", "apples", mode="bm25")) == ["old"]
+    delete_kb("again")
+    create_kb("again", [{"id": "new", "text": "apples are also pressed into juice"}])
+    assert _docs(search("again", "apples", mode="bm25")) == ["new"]
