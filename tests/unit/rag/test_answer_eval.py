@@ -102,6 +102,9 @@ def _dead_url() -> str:
     return f"http://127.0.0.1:{port}/v1"  # nothing listens there any more
 
 
+DEAD_URL = _dead_url()
+
+
 def test_chat_failures_are_clear(kb: dict[str, Any], standin: Any) -> None:
     with pytest.raises(UpstreamError, match="unreachable"):
         ask("notes", "deploy?", chat=_dead_url())
@@ -125,9 +128,13 @@ def test_stream_yields_citations_then_text(kb: dict[str, Any], standin: Any) -> 
 
 
 @pytest.fixture
-def client(kb: dict[str, Any]) -> Iterator[TestClient]:
+def client(
+    kb: dict[str, Any], chat_standin: Any, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[TestClient]:
     from aifab.serve.app import create_app
 
+    # The operator allows the stand-in (and a port nothing listens on) as chat URLs.
+    monkeypatch.setenv("AIFAB_CHAT_URLS", f"{chat_standin.url} {DEAD_URL}")
     with TestClient(create_app()) as c:
         yield c
 
@@ -193,7 +200,7 @@ def test_http_bad_input_never_500(client: TestClient, standin: Any) -> None:
         "/v1/kb", headers=dev, json={"name": "junk", "documents": [{"id": "a", "text": "   "}]}
     )
     assert r.status_code == 422 and "no document could be indexed" in r.json()["error"]["message"]
-    r = client.post("/v1/kb/notes/answer", headers=cl, json={"question": "q", "chat": _dead_url()})
+    r = client.post("/v1/kb/notes/answer", headers=cl, json={"question": "q", "chat": DEAD_URL})
     assert r.status_code == 502 and r.json()["error"]["code"] == "upstream_unavailable"
     standin.mode, standin.delay_s = "slow", 3.0
     r = client.post(
@@ -324,3 +331,13 @@ def test_http_does_not_index_server_paths_or_take_bad_config(client: TestClient)
         },
     )
     assert r.status_code == 422 and "chunk_tokens" in r.json()["error"]["message"]
+
+
+def test_http_chat_urls_must_be_allowed_by_the_operator(client: TestClient) -> None:
+    cl = _key("client")
+    r = client.post(
+        "/v1/kb/notes/answer",
+        headers=cl,
+        json={"question": "q", "chat": "http://169.254.169.254/latest#x"},
+    )
+    assert r.status_code == 403 and "AIFAB_CHAT_URLS" in r.json()["error"]["message"]

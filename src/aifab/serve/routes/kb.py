@@ -7,6 +7,7 @@ answers 502 and one that is too slow 504 (JSON errors, or an ``error`` event mid
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
@@ -100,6 +101,26 @@ async def _check_size(request: Request) -> None:
         raise ApiError(413, f"body of {length} bytes is over {MAX_UPLOAD_BYTES}")
 
 
+#: Chat base URLs a request may name, set by the operator (space or comma separated); any
+#: other URL is refused, so a key cannot make the server call arbitrary hosts.
+CHAT_URLS_ENV = "AIFAB_CHAT_URLS"
+
+
+def _check_chat(chat: str) -> None:
+    if not chat.startswith(("http://", "https://")):
+        return  # a deployment name
+    allowed = os.environ.get(CHAT_URLS_ENV, "").replace(",", " ").split()
+    base = chat.partition("#")[0].rstrip("/")
+    if base not in {a.partition("#")[0].rstrip("/") for a in allowed}:
+        raise ApiError(
+            403,
+            f"chat: {base} is not an allowed chat URL (the operator lists them in "
+            f"{CHAT_URLS_ENV}); name an LM deployment instead",
+            param="chat",
+            code="chat_url_not_allowed",
+        )
+
+
 def _upstream(exc: AifabError) -> ApiError:
     code = "upstream_timeout" if isinstance(exc, UpstreamTimeout) else "upstream_unavailable"
     return ApiError(exc.http_status, exc.message, code=code)
@@ -188,6 +209,7 @@ async def answer(
     name: str, body: AnswerBody, principal: Principal = Depends(require("invoke"))
 ) -> dict | StreamingResponse:
     """Answer with citations; ``stream: true`` sends server-sent events."""
+    _check_chat(body.chat)
     opts = body.model_dump(exclude={"question", "stream"})
     try:
         if not body.stream:
