@@ -10,11 +10,10 @@ from __future__ import annotations
 import re
 import shutil
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 from sqlalchemy import select
 
 from aifab.core.actor import current_actor
@@ -22,13 +21,10 @@ from aifab.core.audit import record_event
 from aifab.core.config import parse_config
 from aifab.core.db import session_scope
 from aifab.core.errors import ConflictError, InvalidInputError, NotFoundError
-from aifab.rag.chunking import Chunk, chunk_document
 from aifab.rag.config import KBConfig
-from aifab.rag.documents import Document, Loaded, load_dataset, load_path, load_texts
-from aifab.rag.embedders import get_embedder
-from aifab.rag.index import INDEXES
-from aifab.rag.keyword import KeywordIndex
-from aifab.rag.store import KBFiles, kb_root, load_version, publish, staging_dir, write_version
+from aifab.rag.documents import Loaded, load_dataset, load_path, load_texts
+from aifab.rag.indexing import Progress, build_version
+from aifab.rag.store import KBFiles, kb_root, load_version, publish
 from aifab.rag.tables import KBVersionRow, KnowledgeBaseRow
 
 __all__ = [
@@ -44,8 +40,6 @@ __all__ = [
     "sync_kb",
 ]
 
-#: ``progress(stage, done, total)``: stages are ``read``, ``embed``, ``index``.
-Progress = Callable[[str, int, int], None]
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
 
 
@@ -97,102 +91,6 @@ def _version_dict(v: KBVersionRow) -> dict[str, Any]:
         "created_by": v.created_by,
         "created_at": v.created_at,
     }
-
-
-def _embed(
-    cfg: KBConfig, new: list[Chunk], parent: KBFiles | None, progress: Progress | None
-) -> tuple[np.ndarray, int]:
-    """Vectors of the new chunks: the parent's where the chunk id is known, else embedded."""
-    known = {c["id"]: i for i, c in enumerate(parent.chunks)} if parent is not None else {}
-    todo = [i for i, c in enumerate(new) if c.id not in known]
-    embedder = get_embedder(cfg.embedder)
-    vectors = np.zeros((len(new), embedder.dimension), dtype="float32")
-    for i, c in enumerate(new):
-        if c.id in known and parent is not None:
-            vectors[i] = parent.vectors[known[c.id]]
-    if todo:
-        texts = [
-            f"{new[i].heading}\n{new[i].text}" if new[i].heading else new[i].text for i in todo
-        ]
-        report = (lambda done: progress("embed", done, len(todo))) if progress else None
-        vectors[todo] = embedder.embed(texts, progress=report)
-    return vectors, len(todo)
-
-
-def _dense(cfg: KBConfig, vectors: np.ndarray, parent: KBFiles | None, appended_from: int) -> Any:
-    """Extend the parent's index when rows were only appended; else build from the vectors."""
-    backend = INDEXES.get(cfg.index)
-    options = {"m": cfg.hnsw_m, "ef_search": cfg.hnsw_ef_search}
-    wanted = "hnsw" if len(vectors) >= cfg.hnsw_threshold else "flat"
-    if parent is not None and appended_from == len(parent.chunks) and parent.dense.kind == wanted:
-        dense = backend.load(
-            Path(parent.manifest["dir"]) / "dense.faiss", wanted, cfg.hnsw_ef_search
-        )
-        dense.add(vectors[appended_from:])
-        return dense
-    return backend.build(vectors, cfg.hnsw_threshold, **options)
-
-
-def _build(
-    name: str,
-    cfg: KBConfig,
-    parent: KBFiles | None,
-    docs: Sequence[Document],
-    remove: set[str],
-    progress: Progress | None,
-) -> tuple[Path, dict[str, Any]]:
-    """Build a version folder from the parent, minus ``remove``, plus ``docs``."""
-    started = time.perf_counter()
-    replaced = remove | {d.id for d in docs}
-    kept_rows = [
-        i for i, c in enumerate(parent.chunks if parent else []) if c["document"] not in replaced
-    ]
-    kept = [parent.chunk(i) for i in kept_rows] if parent else []
-    new: list[Chunk] = []
-    for n, doc in enumerate(docs, 1):
-        new.extend(
-            chunk_document(
-                doc.id,
-                doc.text,
-                size=cfg.chunk_tokens,
-                overlap=cfg.chunk_overlap,
-                metadata=doc.metadata,
-            )
-        )
-        if progress:
-            progress("read", n, len(docs))
-    new_vectors, embedded = _embed(cfg, new, parent, progress)
-    old_vectors = (
-        np.asarray(parent.vectors[kept_rows]) if parent is not None and kept_rows else None
-    )
-    vectors = new_vectors if old_vectors is None else np.vstack([old_vectors, new_vectors])
-    chunks = kept + new
-    if progress:
-        progress("index", 0, len(chunks))
-    unchanged_prefix = parent is not None and kept_rows == list(range(len(parent.chunks)))
-    dense = _dense(cfg, vectors, parent, len(kept) if unchanged_prefix else -1)
-    keyword = KeywordIndex.build([f"{c.heading}\n{c.text}" for c in chunks])
-    staged = staging_dir(name)
-    documents = len({c.document for c in chunks})
-    stats = {
-        "documents": documents,
-        "chunks": len(chunks),
-        "added_documents": len(docs),
-        "removed_chunks": (len(parent.chunks) - len(kept)) if parent else 0,
-        "embedded": embedded,
-        "reused": len(new) - embedded + len(kept),
-        "dense_kind": dense.kind,
-        "seconds": round(time.perf_counter() - started, 3),
-    }
-    manifest = {"kb": name, "config": cfg.model_dump(), "dense_kind": dense.kind, **stats}
-    try:
-        write_version(staged, chunks, vectors, dense, keyword, manifest)
-    except BaseException:
-        shutil.rmtree(staged, ignore_errors=True)
-        raise
-    if progress:
-        progress("index", len(chunks), len(chunks))
-    return staged, stats
 
 
 def _record(
@@ -283,7 +181,7 @@ def create_kb(
         reasons = "; ".join(f"{q['document']}: {q['reason']}" for q in loaded.quarantine[:5])
         where = source if isinstance(source, str) else "documents"
         raise InvalidInputError(f"{where}: no document could be indexed ({reasons or 'empty'})")
-    staged, stats = _build(name, cfg, None, loaded.documents, set(), progress)
+    staged, stats = build_version(name, cfg, None, loaded.documents, set(), progress)
     return _record(name, cfg, staged, stats, loaded, "kb.create")
 
 
@@ -332,7 +230,7 @@ def add_documents(
         reasons = "; ".join(f"{q['document']}: {q['reason']}" for q in loaded.quarantine[:5])
         where = source if isinstance(source, str) else "documents"
         raise InvalidInputError(f"{where}: no document could be indexed ({reasons or 'empty'})")
-    staged, stats = _build(name, cfg, parent, loaded.documents, set(), progress)
+    staged, stats = build_version(name, cfg, parent, loaded.documents, set(), progress)
     return _record(name, None, staged, stats, loaded, "kb.add")
 
 
@@ -388,7 +286,7 @@ def delete_documents(name: str, documents: Sequence[str]) -> dict[str, Any]:
         raise NotFoundError(f"knowledge base {name!r} has no document {unknown[0]!r}")
     if present <= set(documents):
         raise InvalidInputError("that would delete every document: use 'aifab kb delete'")
-    staged, stats = _build(name, cfg, parent, [], set(documents), None)
+    staged, stats = build_version(name, cfg, parent, [], set(documents), None)
     return _record(name, None, staged, stats, Loaded(), "kb.delete_documents")
 
 
