@@ -129,6 +129,22 @@ class DeploymentChat:
                 yield chunk.text
 
 
+def _refusal(base_url: str, status: int, text: str) -> AifabError:
+    """An endpoint's error answer as ours.
+
+    A request it finds malformed or too long (400, 413, 422) is the caller's to fix; anything
+    else means the endpoint is failing (502).
+    """
+    try:
+        message = str(json.loads(text)["error"]["message"])
+    except (ValueError, KeyError, TypeError):
+        message = text
+    message = message.strip()[:300]
+    if status in (400, 413, 422):
+        return InvalidInputError(f"chat endpoint {base_url} refused the request: {message}")
+    return UpstreamError(f"chat endpoint {base_url} answered {status}: {message}")
+
+
 class OpenAIChat:
     """An OpenAI-compatible ``/chat/completions`` endpoint at ``base_url``."""
 
@@ -168,10 +184,7 @@ class OpenAIChat:
         if response.status_code >= 400:
             response.read()
             client.close()
-            raise UpstreamError(
-                f"chat endpoint {self.base_url} answered {response.status_code}: "
-                f"{response.text[:200]}"
-            )
+            raise _refusal(self.base_url, response.status_code, response.text)
         return client, response
 
     def complete(self, messages: list[dict[str, str]], *, max_tokens: int) -> ChatResult:

@@ -94,7 +94,7 @@ class ChatStandIn:
 
     url: str
     requests: list[dict[str, Any]] = field(default_factory=list)
-    #: "ok" | "error" (500) | "slow" (sleeps ``delay_s``) | "garbage" (not a completion)
+    #: "ok" | "error" (500) | "refuse" (400) | "slow" (sleeps ``delay_s``) | "garbage"
     mode: str = "ok"
     delay_s: float = 3.0
     reply: str = "The answer is in [1]."
@@ -111,6 +111,9 @@ def _standin_app(state: ChatStandIn) -> Any:
             await asyncio.sleep(state.delay_s)
         if state.mode == "error":
             return JSONResponse({"error": {"message": "overloaded"}}, status_code=500)
+        if state.mode == "refuse":
+            message = "This model's maximum context length is 64 tokens"
+            return JSONResponse({"error": {"message": message}}, status_code=400)
         if state.mode == "garbage":
             return JSONResponse({"hello": "world"})
         if body.get("stream"):

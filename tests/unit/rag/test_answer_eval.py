@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
-from aifab.core.errors import NotFoundError
+from aifab.core.errors import InvalidInputError, NotFoundError
 from aifab.prompts import UpstreamError, UpstreamTimeout, create_prompt, eval_prompt
 from aifab.rag import ask, ask_stream, create_kb
 
@@ -110,6 +110,9 @@ def test_chat_failures_are_clear(kb: dict[str, Any], standin: Any) -> None:
         ask("notes", "deploy?", chat=_dead_url())
     standin.mode = "error"
     with pytest.raises(UpstreamError, match="answered 500"):
+        ask("notes", "deploy?", chat=standin.url)
+    standin.mode = "refuse"  # the request itself is at fault (too long): the caller's error
+    with pytest.raises(InvalidInputError, match="refused the request: .*context length"):
         ask("notes", "deploy?", chat=standin.url)
     standin.mode = "garbage"
     with pytest.raises(UpstreamError, match="not an OpenAI chat completion"):

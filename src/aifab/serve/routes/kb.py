@@ -19,7 +19,7 @@ from aifab import rag
 from aifab.core.errors import AifabError
 from aifab.prompts import UpstreamError, UpstreamTimeout
 from aifab.serve.auth import Principal, require
-from aifab.serve.errors import ApiError
+from aifab.serve.errors import ApiError, as_api_error
 
 router = APIRouter(prefix="/v1/kb", tags=["knowledge bases"])
 
@@ -226,8 +226,9 @@ async def _sse(principal: Principal, events: Iterator[dict[str, Any]]) -> AsyncI
     while True:
         try:
             event = await principal.call(next, events, sentinel)
-        except (UpstreamError, UpstreamTimeout) as exc:
-            err = _upstream(exc)
+        except AifabError as exc:
+            upstream = isinstance(exc, UpstreamError | UpstreamTimeout)
+            err = _upstream(exc) if upstream else as_api_error(exc)
             body = {"type": "error", "status": err.status, "code": err.code, "message": err.message}
             yield f"data: {json.dumps(body)}\n\n".encode()
             break
