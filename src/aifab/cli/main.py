@@ -17,9 +17,11 @@ from aifab.cli import (
     data,
     deploy,
     jobs,
+    kb,
     keys,
     models,
     pipeline,
+    prompts,
     queue,
     runs,
     serve,
@@ -58,6 +60,8 @@ serve.register(app)
 app.add_typer(data.app, name="data")
 app.add_typer(audit.app, name="audit")
 cost.register(app)
+app.add_typer(prompts.app, name="prompts")
+app.add_typer(kb.app, name="kb")
 
 
 def main() -> None:

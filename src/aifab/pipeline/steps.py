@@ -33,6 +33,9 @@ STEPS = Registry(
         "register": "aifab.pipeline.train_steps:register",
         "deploy": "aifab.pipeline.serve_steps:deploy",
         "card": "aifab.pipeline.card_step:card",
+        "kb_build": "aifab.pipeline.rag_steps:kb_build",
+        "kb_eval": "aifab.pipeline.rag_steps:kb_eval",
+        "prompt_eval": "aifab.pipeline.rag_steps:prompt_eval",
     },
 )
 

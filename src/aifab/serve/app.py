@@ -34,6 +34,8 @@ _ROUTERS = (
     "aifab.serve.routes.requests",
     "aifab.serve.routes.cost",
     "aifab.serve.routes.explain",
+    "aifab.serve.routes.prompts",
+    "aifab.serve.routes.kb",
 )
 
 

@@ -1,14 +1,14 @@
 """Cost and governance: team/project on keys and jobs, the cost ledger, its cursors, budgets.
 
 Revision ID: 0010
-Revises: 0004
+Revises: 0008
 """
 
 import sqlalchemy as sa
 from alembic import op
 
 revision = "0010"
-down_revision = "0004"
+down_revision = "0008"
 branch_labels = None
 depends_on = None
 

@@ -1,0 +1,258 @@
+"""Chat models behind one interface, chosen by target string.
+
+An aifab LM deployment in-process, or any OpenAI-compatible endpoint (an aifab server, or
+a user's) by base URL.
+
+A target that is down, slow or answers nonsense raises :class:`UpstreamError` (HTTP 502) or
+:class:`UpstreamTimeout` (504), never a hang: every call has a deadline.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import json
+import os
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from aifab.core.errors import AifabError, InvalidInputError, first_line
+
+__all__ = [
+    "ChatModel",
+    "ChatResult",
+    "UpstreamError",
+    "UpstreamTimeout",
+    "chat_model",
+]
+
+#: Environment variable holding the key for an OpenAI-compatible base URL.
+API_KEY_ENV = "AIFAB_CHAT_API_KEY"
+DEFAULT_TIMEOUT_S = 60.0
+
+
+class UpstreamError(AifabError):
+    """The chat model's endpoint is down or answered with an error."""
+
+    http_status = 502
+
+
+class UpstreamTimeout(AifabError):
+    """The chat model did not answer within the deadline."""
+
+    http_status = 504
+
+
+@dataclass
+class ChatResult:
+    """A finished chat completion."""
+
+    text: str
+    model: str
+    usage: dict[str, int] = field(default_factory=dict)
+    #: True when the prompt was cut (from the front) to fit the model's context.
+    truncated: bool = False
+
+
+class ChatModel(Protocol):
+    """Something that answers chat messages."""
+
+    name: str
+
+    def complete(self, messages: list[dict[str, str]], *, max_tokens: int) -> ChatResult:
+        """The whole answer."""
+
+    def stream(self, messages: list[dict[str, str]], *, max_tokens: int) -> Iterator[str]:
+        """The answer piece by piece."""
+
+
+_LOADED: dict[str, Any] = {}
+_LOAD_LOCK = threading.Lock()
+
+
+class DeploymentChat:
+    """An aifab LM deployment's model, loaded in this process (once per model version)."""
+
+    def __init__(self, deployment: str, timeout_s: float) -> None:
+        from aifab.inference.deployments import get_deployment
+        from aifab.inference.loading import load_served_model, resolve_source
+
+        ref = resolve_source(get_deployment(deployment)["model"])
+        with _LOAD_LOCK:
+            if ref not in _LOADED:
+                _LOADED[ref] = load_served_model(ref).handler
+        self.handler = _LOADED[ref]
+        if getattr(self.handler, "kind", None) != "lm":
+            raise InvalidInputError(f"chat model {deployment!r}: deployment of {ref} is not an LM")
+        self.name = ref
+        self.timeout_s = timeout_s
+
+    def _request(self, messages: list[dict[str, str]], max_tokens: int) -> tuple[Any, bool]:
+        from aifab.inference.generation import GenerationParams
+
+        prompt = self.handler.chat_prompt(messages)
+        lm = self.handler.lm
+        limit = self.handler.max_context - max_tokens - 1
+        ids = lm.prompt_ids(prompt)
+        truncated = len(ids) > limit
+        if truncated:
+            # Small local models have short contexts: keep the end (question and answer cue).
+            prompt = lm.tokenizer.decode(ids[-limit:], skip_special_tokens=False)
+        params = GenerationParams(max_tokens=max_tokens, temperature=0.0)
+        return self.handler.request(prompt, params), truncated
+
+    def complete(self, messages: list[dict[str, str]], *, max_tokens: int) -> ChatResult:
+        """Generate greedily on a worker thread, waiting at most ``timeout_s``."""
+        request, truncated = self._request(messages, max_tokens)
+        pool = concurrent.futures.ThreadPoolExecutor(max_workers=1)
+        future = pool.submit(self.handler.predict, [request])
+        try:
+            result = future.result(timeout=self.timeout_s)[0]
+        except concurrent.futures.TimeoutError:
+            raise UpstreamTimeout(
+                f"chat model {self.name} did not answer within {self.timeout_s:g} s"
+            ) from None
+        finally:
+            pool.shutdown(wait=False)
+        usage = {
+            "prompt_tokens": result.prompt_tokens,
+            "completion_tokens": result.completion_tokens,
+        }
+        return ChatResult(result.text, self.name, usage, truncated)
+
+    def stream(self, messages: list[dict[str, str]], *, max_tokens: int) -> Iterator[str]:
+        """Yield generated text pieces."""
+        request, _ = self._request(messages, max_tokens)
+        for chunk in self.handler.stream(request):
+            if chunk.text:
+                yield chunk.text
+
+
+def _refusal(base_url: str, status: int, text: str) -> AifabError:
+    """An endpoint's error answer as ours.
+
+    A request it finds malformed or too long (400, 413, 422) is the caller's to fix; anything
+    else means the endpoint is failing (502).
+    """
+    try:
+        message = str(json.loads(text)["error"]["message"])
+    except (ValueError, KeyError, TypeError):
+        message = text
+    message = message.strip()[:300]
+    if status in (400, 413, 422):
+        return InvalidInputError(f"chat endpoint {base_url} refused the request: {message}")
+    return UpstreamError(f"chat endpoint {base_url} answered {status}: {message}")
+
+
+class OpenAIChat:
+    """An OpenAI-compatible ``/chat/completions`` endpoint at ``base_url``."""
+
+    def __init__(self, base_url: str, model: str, api_key: str | None, timeout_s: float) -> None:
+        self.base_url = base_url.rstrip("/")
+        self.model = model
+        self.name = f"{self.base_url}#{model}"
+        self.api_key = api_key if api_key is not None else os.environ.get(API_KEY_ENV, "")
+        self.timeout_s = timeout_s
+
+    def _post(self, messages: list[dict[str, str]], max_tokens: int, stream: bool) -> Any:
+        import httpx
+
+        body = {"model": self.model, "messages": messages, "max_tokens": max_tokens}
+        headers = {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
+        client = httpx.Client(
+            timeout=httpx.Timeout(self.timeout_s, connect=min(5.0, self.timeout_s))
+        )
+        try:
+            request = client.build_request(
+                "POST",
+                f"{self.base_url}/chat/completions",
+                json={**body, "stream": stream},
+                headers=headers,
+            )
+            response = client.send(request, stream=stream)
+        except httpx.TimeoutException:
+            client.close()
+            raise UpstreamTimeout(
+                f"chat endpoint {self.base_url} did not answer within {self.timeout_s:g} s"
+            ) from None
+        except httpx.HTTPError as exc:
+            client.close()
+            raise UpstreamError(
+                f"chat endpoint {self.base_url} unreachable: {first_line(exc)}"
+            ) from None
+        if response.status_code >= 400:
+            response.read()
+            client.close()
+            raise _refusal(self.base_url, response.status_code, response.text)
+        return client, response
+
+    def complete(self, messages: list[dict[str, str]], *, max_tokens: int) -> ChatResult:
+        """One non-streaming request."""
+        client, response = self._post(messages, max_tokens, stream=False)
+        try:
+            data = response.json()
+            text = data["choices"][0]["message"]["content"]
+            usage = {k: int(v) for k, v in (data.get("usage") or {}).items() if isinstance(v, int)}
+        except (ValueError, KeyError, IndexError, TypeError) as exc:
+            raise UpstreamError(
+                f"chat endpoint {self.base_url}: not an OpenAI chat completion ({exc!r})"
+            ) from None
+        finally:
+            client.close()
+        return ChatResult(str(text or ""), str(data.get("model") or self.model), usage)
+
+    def stream(self, messages: list[dict[str, str]], *, max_tokens: int) -> Iterator[str]:
+        """Yield the ``delta.content`` pieces of the SSE stream."""
+        import httpx
+
+        client, response = self._post(messages, max_tokens, stream=True)
+        try:
+            for line in response.iter_lines():
+                if not line.startswith("data:"):
+                    continue
+                payload = line[5:].strip()
+                if payload == "[DONE]":
+                    break
+                try:
+                    delta = json.loads(payload)["choices"][0].get("delta") or {}
+                except (ValueError, KeyError, IndexError, TypeError):
+                    continue
+                if delta.get("content"):
+                    yield str(delta["content"])
+        except httpx.TimeoutException:
+            raise UpstreamTimeout(f"chat endpoint {self.base_url} stalled mid-answer") from None
+        except httpx.HTTPError as exc:
+            raise UpstreamError(f"chat endpoint {self.base_url}: {first_line(exc)}") from None
+        finally:
+            response.close()
+            client.close()
+
+
+def chat_model(
+    target: str,
+    *,
+    model: str | None = None,
+    api_key: str | None = None,
+    timeout_s: float = DEFAULT_TIMEOUT_S,
+) -> ChatModel:
+    """The chat model ``target`` names.
+
+    Args:
+        target: an aifab LM deployment name (run in this process), or an OpenAI-compatible
+            base URL (``http://host:port/v1``; an aifab server is one).
+        model: the model name sent to a base URL (default: the URL's ``#fragment`` or
+            ``default``).
+        api_key: key for a base URL (default: ``$AIFAB_CHAT_API_KEY``).
+        timeout_s: the deadline of one call.
+
+    Raises:
+        NotFoundError: no deployment of that name.
+        InvalidInputError: the deployment is not a language model, or a bad timeout.
+    """
+    if not 0 < timeout_s <= 600:
+        raise InvalidInputError(f"timeout_s: must be in (0, 600], got {timeout_s}")
+    if target.startswith(("http://", "https://")):
+        base, _, fragment = target.partition("#")
+        return OpenAIChat(base, model or fragment or "default", api_key, timeout_s)
+    return DeploymentChat(target.removeprefix("deployment:"), timeout_s)

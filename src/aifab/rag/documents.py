@@ -1,0 +1,247 @@
+"""Documents in: files (txt, md, html, pdf), folders, and text columns of dataset versions.
+
+A document that cannot be read is quarantined with its reason; the rest go on.
+"""
+
+from __future__ import annotations
+
+import html.parser
+import io
+import re
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from aifab.core.errors import InvalidInputError, NotFoundError
+
+__all__ = [
+    "MAX_DOCUMENT_BYTES",
+    "SUFFIXES",
+    "Document",
+    "Loaded",
+    "load_dataset",
+    "load_path",
+    "load_texts",
+    "parse_bytes",
+]
+
+#: A file larger than this is quarantined, not read.
+MAX_DOCUMENT_BYTES = 50 << 20
+SUFFIXES = (".txt", ".md", ".markdown", ".html", ".htm", ".pdf")
+_CONTROL = re.compile(r"[\x00-\x08\x0e-\x1f\x7f]")
+
+
+@dataclass(frozen=True)
+class Document:
+    """One document's text, its stable id and metadata (source, type, dataset columns)."""
+
+    id: str
+    text: str
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class Loaded:
+    """What a source gave: documents, quarantined ``{"document", "reason"}``, lineage."""
+
+    documents: list[Document] = field(default_factory=list)
+    quarantine: list[dict[str, str]] = field(default_factory=list)
+    sources: list[dict[str, Any]] = field(default_factory=list)
+
+
+class _HTMLText(html.parser.HTMLParser):
+    """Visible text of an HTML page; headings become markdown headings for the chunker."""
+
+    _SKIP = {"script", "style", "noscript", "template", "head"}
+    _BLOCK = {"p", "div", "li", "br", "tr", "section", "article", "pre", "blockquote", "table"}
+
+    def __init__(self) -> None:
+        super().__init__(convert_charrefs=True)
+        self.parts: list[str] = []
+        self._skip = 0
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        if tag in self._SKIP:
+            self._skip += 1
+        elif re.fullmatch(r"h[1-6]", tag):
+            self.parts.append("\n\n" + "#" * int(tag[1]) + " ")
+        elif tag in self._BLOCK:
+            self.parts.append("\n")
+
+    def handle_endtag(self, tag: str) -> None:
+        if tag in self._SKIP:
+            self._skip = max(0, self._skip - 1)
+        elif re.fullmatch(r"h[1-6]", tag) or tag in self._BLOCK:
+            self.parts.append("\n")
+
+    def handle_data(self, data: str) -> None:
+        if not self._skip:
+            self.parts.append(data)
+
+
+def _decode(data: bytes) -> str:
+    """UTF-8 (with or without BOM), UTF-16 with a BOM, else Windows-1252; junk is refused."""
+    if data.startswith((b"\xff\xfe", b"\xfe\xff")):
+        text = data.decode("utf-16")
+    elif b"\x00" in data[:65536]:
+        raise ValueError("binary content, not text")
+    else:
+        try:
+            text = data.decode("utf-8-sig")
+        except UnicodeDecodeError:
+            try:
+                text = data.decode("cp1252")
+            except UnicodeDecodeError:
+                raise ValueError("undecodable text (not UTF-8, UTF-16 or Windows-1252)") from None
+    sample = text[:65536]
+    if sample and len(_CONTROL.findall(sample)) > 0.01 * len(sample):
+        raise ValueError("binary content, not text")
+    return text
+
+
+def _pdf_text(data: bytes) -> str:
+    import logging
+
+    from pypdf import PdfReader
+
+    # pypdf logs each repair attempt; the quarantine reason is what users need.
+    logging.getLogger("pypdf").setLevel(logging.ERROR)
+    from pypdf.errors import PyPdfError
+
+    try:
+        reader = PdfReader(io.BytesIO(data), strict=False)
+        pages = [page.extract_text() or "" for page in reader.pages]
+    # pypdf raises its own errors and, on badly broken files, plain library ones.
+    except (PyPdfError, ValueError, KeyError, TypeError, AttributeError, OSError) as exc:
+        raise ValueError(f"broken PDF: {type(exc).__name__}: {exc}") from None
+    return "\n\n".join(p.strip() for p in pages)
+
+
+def parse_bytes(data: bytes, suffix: str) -> str:
+    """A file's text from its bytes and suffix (pure).
+
+    Raises:
+        ValueError: unsupported type, broken PDF, binary junk, undecodable or empty text.
+    """
+    suffix = suffix.lower()
+    if suffix not in SUFFIXES:
+        raise ValueError(f"unsupported file type {suffix or '(none)'!r} ({', '.join(SUFFIXES)})")
+    if suffix == ".pdf":
+        text = _pdf_text(data)
+    elif suffix in (".html", ".htm"):
+        parser = _HTMLText()
+        parser.feed(_decode(data))
+        parser.close()
+        text = re.sub(r"\n{3,}", "\n\n", "".join(parser.parts))
+    else:
+        text = _decode(data)
+    if not text.strip():
+        raise ValueError("empty document (no text)")
+    return text
+
+
+def _files(root: Path) -> Iterator[Path]:
+    if root.is_file():
+        yield root
+        return
+    for path in sorted(root.rglob("*")):
+        rel = path.relative_to(root)
+        if path.is_file() and not any(part.startswith(".") for part in rel.parts):
+            yield path
+
+
+def load_path(path: str | Path) -> Loaded:
+    """Every document in a file or folder (hidden files skipped); failures quarantined.
+
+    Raises:
+        NotFoundError: ``path`` does not exist.
+    """
+    from aifab.core.ids import file_digest
+
+    root = Path(path).expanduser()
+    if not root.exists():
+        raise NotFoundError(f"{path}: no such file or folder")
+    out = Loaded()
+    base = root.parent if root.is_file() else root
+    for file in _files(root):
+        doc_id = file.relative_to(base).as_posix()
+        try:
+            size = file.stat().st_size
+            if size > MAX_DOCUMENT_BYTES:
+                raise ValueError(f"{size} bytes is over the limit of {MAX_DOCUMENT_BYTES}")
+            text = parse_bytes(file.read_bytes(), file.suffix)
+        except (ValueError, OSError) as exc:
+            out.quarantine.append({"document": doc_id, "reason": str(exc)})
+            continue
+        meta = {"source": doc_id, "type": file.suffix.lower().lstrip(".")}
+        out.documents.append(Document(doc_id, text, meta))
+        out.sources.append({"kind": "file", "ref": doc_id, "digest": file_digest(file)})
+    return out
+
+
+def load_dataset(ref: str, text_column: str, id_column: str | None = None) -> Loaded:
+    """Documents from a text column of a dataset version; other scalar columns are metadata.
+
+    Raises:
+        NotFoundError: unknown dataset.
+        InvalidInputError: a missing column (named).
+    """
+    from aifab.data import head, resolve
+
+    version = resolve(ref)
+    for column in (text_column, id_column):
+        if column is not None and column not in version.columns:
+            raise InvalidInputError(
+                f"dataset {version.ref}: no column {column!r} "
+                f"(columns: {', '.join(version.columns)})"
+            )
+    out = Loaded(sources=[{"kind": "dataset", "ref": version.ref, "digest": version.content_hash}])
+    for i, row in enumerate(head(version.ref, version.num_rows).to_pylist()):
+        key = row.get(id_column) if id_column else i
+        doc_id = f"{version.dataset}:{key}"
+        text = row.get(text_column)
+        if not isinstance(text, str) or not text.strip():
+            out.quarantine.append({"document": doc_id, "reason": "empty document (no text)"})
+            continue
+        meta: dict[str, Any] = {
+            k: v
+            for k, v in row.items()
+            if k != text_column and isinstance(v, str | int | float | bool)
+        }
+        meta.update({"source": version.ref, "row": i})
+        out.documents.append(Document(doc_id, text, meta))
+    return out
+
+
+def load_texts(items: Sequence[Mapping[str, Any]]) -> Loaded:
+    """Documents given inline (``[{"id", "text", "metadata"?}]``, as over HTTP).
+
+    Raises:
+        InvalidInputError: an item without a string id or text (named by index), or an id
+            given twice.
+    """
+    from aifab.core.ids import digest
+
+    out = Loaded()
+    seen: set[str] = set()
+    for i, item in enumerate(items):
+        doc_id, text = item.get("id"), item.get("text")
+        meta = item.get("metadata") or {}
+        if not isinstance(doc_id, str) or not doc_id.strip():
+            raise InvalidInputError(f"documents[{i}].id: must be a non-empty string")
+        if not isinstance(text, str):
+            raise InvalidInputError(f"documents[{i}].text: must be a string")
+        if not isinstance(meta, Mapping):
+            raise InvalidInputError(f"documents[{i}].metadata: must be an object")
+        if doc_id in seen:
+            raise InvalidInputError(f"documents[{i}].id: {doc_id!r} is given twice")
+        seen.add(doc_id)
+        if not text.strip() or _CONTROL.search(text[:65536]):
+            reason = "empty document (no text)" if not text.strip() else "control characters"
+            out.quarantine.append({"document": doc_id, "reason": reason})
+            continue
+        clean = {str(k): v for k, v in meta.items() if isinstance(v, str | int | float | bool)}
+        out.documents.append(Document(doc_id, text, {**clean, "source": "upload"}))
+        out.sources.append({"kind": "upload", "ref": doc_id, "digest": digest(text)})
+    return out
