@@ -29,6 +29,7 @@ _ROUTERS = (
     "aifab.serve.routes.keys",
     "aifab.serve.routes.data",
     "aifab.serve.routes.requests",
+    "aifab.serve.routes.agents",
 )
 
 
