@@ -155,6 +155,17 @@ def trace_command(
     sys.stdout.write(f"answer: {trace['answer'] or ''}\n")
 
 
+def mcp_command(
+    gateway: str | None = typer.Option(None, "--gateway", help=_GATEWAY_HELP),
+    key_env: str = typer.Option("AIFAB_API_KEY", "--key-env", help=_KEY_HELP),
+) -> None:
+    """Serve aifab's tools (datasets, read-only SQL, predictions) over MCP on stdio."""
+    from aifab.serve.mcp import serve_stdio
+
+    serve_stdio(os.environ.get(key_env), gateway or os.environ.get("AIFAB_GATEWAY_URL"))
+
+
 def register(app: typer.Typer) -> None:
-    """Add the ``agents`` group to ``app``."""
+    """Add the ``agents`` group and ``mcp`` to ``app``."""
     app.add_typer(agents_app, name="agents", no_args_is_help=True)
+    app.command("mcp")(mcp_command)
