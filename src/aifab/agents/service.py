@@ -19,6 +19,7 @@ from aifab.agents.loop import Step, run_loop
 from aifab.agents.spec import AgentSpec
 from aifab.agents.tables import AgentRow, AgentRunRow, AgentStepRow
 from aifab.agents.tools import BUILTIN_TOOLS, Tool, ToolContext
+from aifab.agents.trace_writer import trace_writer
 from aifab.core.actor import current_actor
 from aifab.core.audit import record_event
 from aifab.core.config import parse_config
@@ -141,21 +142,20 @@ def _bounded(value: Any) -> Any:
 
 
 def _save_step(run_id: str, step: Step) -> None:
-    with session_scope() as s:
-        s.add(
-            AgentStepRow(
-                run_id=run_id,
-                idx=step.index,
-                kind=step.kind,
-                name=step.name[:100],
-                input=_bounded(step.input),
-                output=_bounded(step.output),
-                error=step.error,
-                latency_ms=step.latency_ms,
-                tokens=step.tokens,
-                ts=time.time(),
-            )
-        )
+    trace_writer().put(
+        {
+            "run_id": run_id,
+            "idx": step.index,
+            "kind": step.kind,
+            "name": step.name[:100],
+            "input": _bounded(step.input),
+            "output": _bounded(step.output),
+            "error": step.error,
+            "latency_ms": step.latency_ms,
+            "tokens": step.tokens,
+            "ts": time.time(),
+        }
+    )
 
 
 def step_dict(step: Step) -> dict[str, Any]:
@@ -234,6 +234,7 @@ def run_agent(
         model_timeout_s=spec.model.timeout_s,
         on_step=step_done,
     )
+    trace_writer().flush()
     with session_scope() as s:
         row = s.get(AgentRunRow, run_id)
         assert row is not None

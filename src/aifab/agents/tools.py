@@ -7,6 +7,7 @@ built-ins by name (:data:`BUILTIN_TOOLS`, resolved lazily like handlers and exec
 
 from __future__ import annotations
 
+import functools
 import inspect
 import re
 import types
@@ -166,8 +167,6 @@ def check_arguments(tool: Tool, raw: str | dict[str, Any] | None) -> dict[str, A
     """
     import json
 
-    import jsonschema
-
     if raw is None or raw == "":
         args: Any = {}
     elif isinstance(raw, str):
@@ -179,9 +178,26 @@ def check_arguments(tool: Tool, raw: str | dict[str, Any] | None) -> dict[str, A
         args = raw
     if not isinstance(args, dict):
         raise ToolError(f"arguments of {tool.name} must be a JSON object")
-    try:
-        jsonschema.validate(args, tool.parameters)
-    except jsonschema.ValidationError as exc:
-        where = "/".join(str(p) for p in exc.absolute_path) or "arguments"
-        raise ToolError(f"arguments of {tool.name}: {where}: {exc.message}") from None
+    validator = _validator(json.dumps(tool.parameters, sort_keys=True))
+    errors = sorted(validator.iter_errors(args), key=lambda e: (list(e.absolute_path), e.message))
+    if errors:
+        # Every problem at once (up to 3), so the model can fix its call in one more step.
+        problems = "; ".join(
+            f"{'/'.join(str(p) for p in e.absolute_path) or 'arguments'}: {e.message}"
+            for e in errors[:3]
+        )
+        raise ToolError(f"arguments of {tool.name}: {problems}")
     return args
+
+
+@functools.lru_cache(maxsize=256)
+def _validator(schema_json: str) -> Any:
+    """A compiled validator per schema: checking the schema itself on every call costs ms."""
+    import json
+
+    import jsonschema
+
+    schema = json.loads(schema_json)
+    cls = jsonschema.validators.validator_for(schema)
+    cls.check_schema(schema)
+    return cls(schema)
