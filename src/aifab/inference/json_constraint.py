@@ -169,8 +169,8 @@ def _start_value(rest: State, node: int, ch: str, nodes: Sequence[Node]) -> Stat
         )
         return (*rest, ("str", node, text, 0))
     if (ch in _DIGITS or ch == "-") and kind in ("any", "number", "integer"):
-        state = _num_step("start", ch, kind == "integer")
-        return None if state is None else (*rest, ("num", kind == "integer", state))
+        num = _num_step("start", ch, kind == "integer")
+        return None if num is None else (*rest, ("num", kind == "integer", num))
     words = data if kind == "literal" else ("true", "false", "null") if kind == "any" else ()
     matching = tuple(w for w in words if w.startswith(ch))
     if matching:
