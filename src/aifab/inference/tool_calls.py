@@ -64,8 +64,9 @@ def tools_prompt(tools: list[dict[str, Any]]) -> str:
 def template_messages(
     messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None
 ) -> list[dict[str, str]]:
-    """OpenAI chat messages (with tool calls and tool results) as ``{role, content}`` for the
-    chat template; the tools are offered in a system message first.
+    """OpenAI chat messages (tool calls and results too) as ``{role, content}`` for the template.
+
+    The tools are offered in a system message first.
     """
     out: list[dict[str, str]] = []
     if tools:
