@@ -12,6 +12,7 @@ import sys
 import typer
 
 from aifab.cli import (
+    agents,
     audit,
     cost,
     data,
@@ -57,6 +58,7 @@ models.register(app)
 deploy.register(app)
 keys.register(app)
 serve.register(app)
+agents.register(app)
 app.add_typer(data.app, name="data")
 app.add_typer(audit.app, name="audit")
 cost.register(app)

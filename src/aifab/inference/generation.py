@@ -36,6 +36,10 @@ class GenerationParams:
     top_k: int = 0
     stop: list[str] = field(default_factory=list)
     seed: int | None = None
+    #: Constrained decoding, one object per request (e.g.
+    #: :class:`~aifab.inference.json_constraint.JsonConstraint`): only the token ids its
+    #: ``allowed()`` lists are sampled, and ``advance(id, text)`` follows each chosen token.
+    constraint: Any = None
 
 
 @dataclass
@@ -85,6 +89,15 @@ class LanguageModel:
 
         if "cache" in inspect.signature(self.model.forward).parameters:
             self.cache_arg = "cache"
+
+    def vocabulary(self) -> Any:
+        """Every token's text, built once (constrained decoding tries tokens against it)."""
+        from aifab.inference.json_constraint import TokenVocabulary
+
+        vocab = self.__dict__.get("_vocabulary")
+        if vocab is None:
+            vocab = self.__dict__["_vocabulary"] = TokenVocabulary(self.tokenizer, self.eos_ids)
+        return vocab
 
     def encode(self, text: str) -> list[int]:
         """Prompt text -> token ids (BOS added by the tokenizer unless the text starts with it)."""
@@ -188,6 +201,18 @@ def _sample(logits: torch.Tensor, params: GenerationParams, rng: torch.Generator
     return int(torch.multinomial(probs, 1, generator=rng))
 
 
+def _constrained(logits: torch.Tensor, params: GenerationParams) -> torch.Tensor:
+    """Logits with every token the constraint forbids set to -inf."""
+    if params.constraint is None:
+        return logits
+    import torch
+
+    allowed = torch.tensor(params.constraint.allowed(), dtype=torch.long)
+    masked = torch.full_like(logits, float("-inf"))
+    masked[allowed] = logits[allowed]
+    return masked
+
+
 def _new_row(lm: LanguageModel, request: GenerationRequest) -> _Row:
     import torch
 
@@ -213,6 +238,8 @@ def _new_row(lm: LanguageModel, request: GenerationRequest) -> _Row:
 def _advance(lm: LanguageModel, row: _Row, token: int) -> GenerationChunk | None:
     """Feed one sampled token to its row; a chunk with ``finish_reason`` ends the row."""
     row.ids.append(token)
+    if row.params.constraint is not None:
+        row.params.constraint.advance(token, lm.vocabulary().text_of.get(token, ""))
     finish = None
     if token in lm.eos_ids:
         piece, finish = row.text.flush(), "stop"
@@ -260,7 +287,10 @@ def _steps(lm: LanguageModel, rows: list[_Row]) -> Iterator[tuple[int, Generatio
             # Sampling runs on the CPU, where the per-request generators live.
             logits = out.logits[:, -1, :].float().cpu()
             cache = getattr(out, lm.cache_arg)
-            tokens = [_sample(logits[j], rows[i].params, rows[i].rng) for j, i in enumerate(active)]
+            tokens = [
+                _sample(_constrained(logits[j], rows[i].params), rows[i].params, rows[i].rng)
+                for j, i in enumerate(active)
+            ]
         keep: list[int] = []
         for j, (i, token) in enumerate(zip(active, tokens, strict=True)):
             chunk = _advance(lm, rows[i], token)

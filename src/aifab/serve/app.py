@@ -36,6 +36,7 @@ _ROUTERS = (
     "aifab.serve.routes.explain",
     "aifab.serve.routes.prompts",
     "aifab.serve.routes.kb",
+    "aifab.serve.routes.agents",
 )
 
 

@@ -1,0 +1,158 @@
+"""Agent loop overhead: a traced ``run_agent`` step vs calling the same chat endpoint directly.
+
+The model is a STAND-IN (a scripted OpenAI-compatible server on 127.0.0.1, started here) that
+answers instantly, so what is left is the loop's own cost per step: building the request,
+parsing tool calls, validating arguments, running the tool on a thread, writing the trace to
+the metadata DB. Baseline: the same number of chat calls through the same HTTP client. Goal:
+<= 2 ms per step beyond the model call.
+
+    .venv/bin/python bench/agent.py --runs 20 --steps 5
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import socket
+import statistics
+import tempfile
+import threading
+import time
+from typing import Any
+
+import uvicorn
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse
+
+
+def _stand_in(steps: int) -> tuple[uvicorn.Server, str]:
+    app = FastAPI()
+
+    @app.post("/v1/chat/completions")
+    async def chat(request: Request) -> JSONResponse:
+        body = await request.json()
+        done = sum(1 for m in body["messages"] if m["role"] == "tool")
+        if done < steps - 1:
+            args = '{"query": "SELECT 1 AS x"}'
+            message: dict[str, Any] = {
+                "role": "assistant",
+                "content": None,
+                "tool_calls": [
+                    {
+                        "id": f"c{done}",
+                        "type": "function",
+                        "function": {"name": "sql", "arguments": args},
+                    }
+                ],
+            }
+        else:
+            message = {"role": "assistant", "content": "done"}
+        return JSONResponse(
+            {
+                "choices": [{"index": 0, "message": message, "finish_reason": "stop"}],
+                "usage": {"prompt_tokens": 1, "completion_tokens": 1},
+            }
+        )
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="error"))
+    threading.Thread(target=server.run, daemon=True).start()
+    while not server.started:
+        time.sleep(0.01)
+    return server, f"http://127.0.0.1:{port}/v1"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--runs", type=int, default=20)
+    parser.add_argument("--steps", type=int, default=5, help="model calls per run")
+    args = parser.parse_args()
+
+    os.environ["AIFAB_HOME"] = tempfile.mkdtemp(prefix="aifab-bench-agent-")
+    from aifab.agents import (
+        Budgets,
+        ChatReply,
+        OpenAIChat,
+        ToolCall,
+        create_agent,
+        get_trace,
+        run_agent,
+        run_loop,
+        tool_from_function,
+    )
+    from aifab.data import ingest
+
+    server, base_url = _stand_in(args.steps)
+    csv = os.path.join(os.environ["AIFAB_HOME"], "t.csv")
+    with open(csv, "w") as fh:
+        fh.write("x\n1\n2\n")
+    ingest("t", csv)
+    create_agent(
+        {
+            "name": "bench",
+            "model": {"model": "m", "base_url": base_url},
+            "tools": [{"use": "sql"}],
+            "budgets": {"max_steps": args.steps + 1},
+        }
+    )
+    chat = OpenAIChat(base_url, "m")
+    messages = [{"role": "user", "content": "hi"}]
+    for _ in range(3):  # warm-up: connections, imports, DuckDB
+        run_agent("bench", "warm up")
+        chat.complete(messages, [], max_tokens=8, timeout_s=10)
+
+    def sql(query: str) -> dict[str, Any]:
+        """A no-op stand-in for the sql tool (its own cost is not the loop's).
+
+        Args:
+            query: ignored.
+        """
+        return {"rows": [{"x": 1}]}
+
+    noop = {"sql": tool_from_function(sql)}
+
+    class Instant:
+        """An in-process model answering at once: what is left is the loop's own CPU time."""
+
+        def complete(self, msgs: list[dict[str, Any]], tools: Any, **kw: Any) -> ChatReply:
+            done = sum(1 for m in msgs if m["role"] == "tool")
+            if done >= args.steps - 1:
+                return ChatReply("done")
+            return ChatReply(None, [ToolCall(f"c{done}", "sql", '{"query": "SELECT 1"}')])
+
+    t0 = time.perf_counter()
+    for _ in range(args.runs * 10):
+        run_loop(Instant(), noop, messages, Budgets(max_steps=args.steps + 1))
+    pure = (time.perf_counter() - t0) / (args.runs * 10 * args.steps) * 1000
+    direct, bare, traced, tool_ms = [], [], [], []
+    for _ in range(args.runs):
+        t0 = time.perf_counter()
+        for _ in range(args.steps):
+            chat.complete(messages, [], max_tokens=8, timeout_s=10)
+        direct.append((time.perf_counter() - t0) / args.steps)
+        t0 = time.perf_counter()
+        result = run_loop(chat, noop, messages, Budgets(max_steps=args.steps + 1))
+        bare.append((time.perf_counter() - t0) / args.steps)
+        assert result.status == "completed", result
+        t0 = time.perf_counter()
+        run = run_agent("bench", "go")
+        traced.append((time.perf_counter() - t0) / args.steps)
+        assert run["status"] == "completed" and run["steps"] == 2 * args.steps - 1, run
+        steps = get_trace(run["id"])["trace"]
+        tool_ms.append(sum(st["latency_ms"] for st in steps if st["kind"] == "tool") / args.steps)
+    d = statistics.median(direct) * 1000
+    b = statistics.median(bare) * 1000
+    t = statistics.median(traced) * 1000
+    q = statistics.median(tool_ms)
+    print(f"loop step, in-process model      : {pure:8.2f} ms (the loop's own CPU per step)")
+    print(f"model call directly              : {d:8.2f} ms per call (median of {args.runs} runs)")
+    print(f"loop step, no-op tool, no trace  : {b:8.2f} ms  overhead {b - d:6.2f} ms")
+    print(f"run_agent step, sql tool, traced : {t:8.2f} ms  of which the sql tool {q:.2f} ms")
+    print(f"loop + trace overhead per step   : {t - q - d:8.2f} ms (goal <= 2 ms)")
+    server.should_exit = True
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,136 @@
+"""Talking to a chat model over the OpenAI chat-completions protocol (any compatible server).
+
+The loop sees a :class:`ChatModel`; :class:`OpenAIChat` is the implementation over HTTP, used
+for aifab's own gateway and for any OpenAI-compatible base URL.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+__all__ = ["ChatModel", "ChatReply", "ModelCallError", "OpenAIChat", "ToolCall"]
+
+
+class ModelCallError(Exception):
+    """The model endpoint failed, timed out or answered something that is not a chat reply."""
+
+
+@dataclass(frozen=True)
+class ToolCall:
+    """One function call the model asked for (``arguments`` as the model wrote it)."""
+
+    id: str
+    name: str
+    arguments: str
+
+
+@dataclass(frozen=True)
+class ChatReply:
+    """One assistant turn."""
+
+    content: str | None
+    tool_calls: list[ToolCall] = field(default_factory=list)
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    finish_reason: str | None = None
+
+    @property
+    def total_tokens(self) -> int:
+        """Tokens this call cost."""
+        return self.prompt_tokens + self.completion_tokens
+
+
+class ChatModel(Protocol):
+    """Anything that answers a list of messages with an assistant turn."""
+
+    def complete(
+        self,
+        messages: list[dict[str, Any]],
+        tools: list[dict[str, Any]],
+        *,
+        max_tokens: int,
+        timeout_s: float,
+    ) -> ChatReply:
+        """Call the model once."""
+        ...
+
+
+def _parse_reply(body: Any) -> ChatReply:
+    try:
+        choice = body["choices"][0]
+        message = choice["message"]
+        calls = [
+            ToolCall(
+                id=str(c.get("id") or f"call_{i}"),
+                name=str(c["function"]["name"]),
+                arguments=c["function"].get("arguments") or "",
+            )
+            for i, c in enumerate(message.get("tool_calls") or [])
+        ]
+        usage = body.get("usage") or {}
+        return ChatReply(
+            content=message.get("content"),
+            tool_calls=calls,
+            prompt_tokens=int(usage.get("prompt_tokens") or 0),
+            completion_tokens=int(usage.get("completion_tokens") or 0),
+            finish_reason=choice.get("finish_reason"),
+        )
+    except (KeyError, IndexError, TypeError, ValueError, AttributeError) as exc:
+        raise ModelCallError(f"the model's reply is not a chat completion ({exc!r})") from None
+
+
+class OpenAIChat:
+    """A chat model behind ``POST {base_url}/chat/completions``.
+
+    Args:
+        base_url: the API root, ending in ``/v1``.
+        model: the ``model`` field of each request.
+        api_key: sent as a Bearer token when given.
+        temperature: sampling temperature.
+    """
+
+    def __init__(
+        self, base_url: str, model: str, api_key: str | None = None, temperature: float = 0.0
+    ) -> None:
+        self.url = base_url.rstrip("/") + "/chat/completions"
+        self.model = model
+        self.temperature = temperature
+        self._headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+
+    def complete(
+        self,
+        messages: list[dict[str, Any]],
+        tools: list[dict[str, Any]],
+        *,
+        max_tokens: int,
+        timeout_s: float,
+    ) -> ChatReply:
+        """One chat completion (tools offered when there are any)."""
+        import httpx
+
+        body: dict[str, Any] = {
+            "model": self.model,
+            "messages": messages,
+            "max_tokens": max_tokens,
+            "temperature": self.temperature,
+        }
+        if tools:
+            body["tools"] = tools
+        try:
+            resp = httpx.post(self.url, json=body, headers=self._headers, timeout=timeout_s)
+        except httpx.TimeoutException:
+            raise ModelCallError(f"the model did not answer within {timeout_s:g} s") from None
+        except httpx.HTTPError as exc:
+            raise ModelCallError(f"the model endpoint is unreachable: {exc}") from None
+        try:
+            payload = resp.json()
+        except ValueError:
+            raise ModelCallError(
+                f"the model endpoint answered {resp.status_code}, not JSON"
+            ) from None
+        if resp.status_code != 200:
+            error = payload.get("error") if isinstance(payload, dict) else None
+            message = error.get("message") if isinstance(error, dict) else str(payload)[:300]
+            raise ModelCallError(f"the model endpoint answered {resp.status_code}: {message}")
+        return _parse_reply(payload)

@@ -1,0 +1,296 @@
+"""Agent service functions: define agents, run them, read their traces.
+
+Definitions and traces live in the metadata DB. A run's steps are written as they happen, so
+a run cut short (a crash, a closed stream) still leaves the trace of what it did.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Callable
+from typing import Any
+
+from sqlalchemy import select
+
+from aifab.agents.chat import ChatModel, OpenAIChat
+from aifab.agents.loop import Step, run_loop
+from aifab.agents.spec import AgentSpec
+from aifab.agents.tables import AgentRow, AgentRunRow, AgentStepRow
+from aifab.agents.tools import BUILTIN_TOOLS, Tool, ToolContext
+from aifab.agents.trace_writer import trace_writer
+from aifab.core.actor import current_actor
+from aifab.core.audit import record_event
+from aifab.core.config import parse_config
+from aifab.core.db import session_scope
+from aifab.core.errors import InvalidInputError, NotFoundError
+from aifab.core.ids import new_id
+
+__all__ = [
+    "build_tools",
+    "create_agent",
+    "delete_agent",
+    "get_agent",
+    "get_trace",
+    "list_agents",
+    "list_runs",
+    "parse_spec",
+    "run_agent",
+    "step_dict",
+]
+
+#: Characters of a step's input or output kept in the trace.
+_TRACE_CHARS = 65_536
+
+
+def parse_spec(raw: dict[str, Any]) -> AgentSpec:
+    """Validate an agent's YAML mapping; errors name the field."""
+    return parse_config(AgentSpec, raw, "agent spec")
+
+
+def _agent_dict(row: AgentRow) -> dict[str, Any]:
+    return {
+        "name": row.name,
+        "version": row.version,
+        "spec": row.spec,
+        "created_by": row.created_by,
+        "created_at": row.created_at,
+        "updated_at": row.updated_at,
+    }
+
+
+def create_agent(raw: dict[str, Any]) -> dict[str, Any]:
+    """Create an agent, or replace its definition (its version grows); audited."""
+    spec = parse_spec(raw)
+    for tool in spec.tools:
+        if tool.use not in BUILTIN_TOOLS:
+            known = ", ".join(BUILTIN_TOOLS.names())
+            raise InvalidInputError(f"agent spec: tools: unknown tool {tool.use!r} ({known})")
+    data = spec.model_dump(mode="json")
+    now = time.time()
+    with session_scope() as s:
+        row = s.get(AgentRow, spec.name)
+        if row is None:
+            row = AgentRow(name=spec.name, spec=data, version=1, created_by=current_actor())
+            row.created_at = row.updated_at = now
+            s.add(row)
+            action = "agent.create"
+        else:
+            row.spec, row.version, row.updated_at = data, row.version + 1, now
+            action = "agent.update"
+        s.flush()
+        record_event(s, action, f"agent:{spec.name}", data)
+        return _agent_dict(row)
+
+
+def get_agent(name: str) -> dict[str, Any]:
+    """One agent's definition and version."""
+    with session_scope() as s:
+        row = s.get(AgentRow, name)
+        if row is None:
+            raise NotFoundError(f"no agent named {name!r} (aifab agents list)")
+        return _agent_dict(row)
+
+
+def list_agents() -> list[dict[str, Any]]:
+    """Every agent, by name."""
+    with session_scope() as s:
+        return [_agent_dict(r) for r in s.scalars(select(AgentRow).order_by(AgentRow.name))]
+
+
+def delete_agent(name: str) -> None:
+    """Delete an agent's definition (its runs and traces stay); audited."""
+    with session_scope() as s:
+        row = s.get(AgentRow, name)
+        if row is None:
+            raise NotFoundError(f"no agent named {name!r}")
+        s.delete(row)
+        record_event(s, "agent.delete", f"agent:{name}")
+
+
+def build_tools(spec: AgentSpec, ctx: ToolContext) -> dict[str, Tool]:
+    """The agent's tools, built from their YAML options for this run's context."""
+    tools: dict[str, Tool] = {}
+    for tool_spec in spec.tools:
+        tool = BUILTIN_TOOLS.get(tool_spec.use)(tool_spec.options, ctx)
+        tools[tool.name] = tool
+    return tools
+
+
+def _model_for(spec: AgentSpec, ctx: ToolContext) -> ChatModel:
+    endpoint = spec.model
+    if endpoint.base_url:
+        key = os.environ.get(endpoint.api_key_env) if endpoint.api_key_env else None
+        if endpoint.api_key_env and key is None:
+            raise InvalidInputError(f"agent {spec.name}: ${endpoint.api_key_env} is not set")
+        return OpenAIChat(endpoint.base_url, endpoint.model, key, endpoint.temperature)
+    if ctx.gateway_url is None:
+        raise InvalidInputError(
+            f"agent {spec.name}: model.base_url is not set and no gateway was given "
+            "(--gateway URL, or run it through `aifab serve`)"
+        )
+    base = ctx.gateway_url.rstrip("/") + "/v1"
+    return OpenAIChat(base, endpoint.model, ctx.api_key, endpoint.temperature)
+
+
+def _bounded(value: Any) -> Any:
+    text = json.dumps(value, default=str)
+    if len(text) <= _TRACE_CHARS:
+        return json.loads(text)
+    return {"truncated": True, "text": text[:_TRACE_CHARS]}
+
+
+def _save_step(run_id: str, step: Step) -> None:
+    trace_writer().put(
+        {
+            "run_id": run_id,
+            "idx": step.index,
+            "kind": step.kind,
+            "name": step.name[:100],
+            "input": _bounded(step.input),
+            "output": _bounded(step.output),
+            "error": step.error,
+            "latency_ms": step.latency_ms,
+            "tokens": step.tokens,
+            "ts": time.time(),
+        }
+    )
+
+
+def step_dict(step: Step) -> dict[str, Any]:
+    """A step as JSON-ready data (what traces and streams show)."""
+    return {
+        "index": step.index,
+        "kind": step.kind,
+        "name": step.name,
+        "input": _bounded(step.input),
+        "output": _bounded(step.output),
+        "error": step.error,
+        "latency_ms": round(step.latency_ms, 3),
+        "tokens": step.tokens,
+    }
+
+
+def run_agent(
+    name: str,
+    user_input: str,
+    *,
+    ctx: ToolContext | None = None,
+    model: ChatModel | None = None,
+    on_step: Callable[[dict[str, Any]], None] | None = None,
+) -> dict[str, Any]:
+    """Run agent ``name`` on one request and store its trace.
+
+    Args:
+        name: the agent.
+        user_input: the user's message.
+        ctx: the gateway and the caller's key (for gateway tools and the default model).
+        model: the chat model to use instead of the one the spec names (tests, embedding).
+        on_step: called with each step (as :func:`step_dict`) as soon as it ends.
+
+    Returns:
+        The run: id, status, answer, reason, tokens, steps.
+    """
+    if not user_input.strip():
+        raise InvalidInputError("input: the agent needs a non-empty message")
+    agent = get_agent(name)
+    spec = parse_spec(agent["spec"])
+    ctx = ctx or ToolContext()
+    tools = build_tools(spec, ctx)
+    chat = model or _model_for(spec, ctx)
+    run_id = new_id("run")
+    with session_scope() as s:
+        s.add(
+            AgentRunRow(
+                id=run_id,
+                agent=name,
+                agent_version=agent["version"],
+                actor=current_actor(),
+                status="running",
+                input=user_input,
+                tokens=0,
+                steps=0,
+                started_at=time.time(),
+            )
+        )
+        record_event(s, "agent.run", f"agent:{name}", {"run": run_id})
+
+    def step_done(step: Step) -> None:
+        _save_step(run_id, step)
+        if on_step is not None:
+            on_step({"run_id": run_id, **step_dict(step)})
+
+    messages = [
+        {"role": "system", "content": spec.instructions},
+        {"role": "user", "content": user_input},
+    ]
+    result = run_loop(
+        chat,
+        tools,
+        messages,
+        spec.budgets,
+        max_tokens_per_call=spec.model.max_tokens,
+        model_timeout_s=spec.model.timeout_s,
+        on_step=step_done,
+    )
+    trace_writer().flush()
+    with session_scope() as s:
+        row = s.get(AgentRunRow, run_id)
+        assert row is not None
+        row.status, row.answer, row.reason = result.status, result.answer, result.reason
+        row.tokens, row.steps, row.ended_at = result.tokens, len(result.steps), time.time()
+        return _run_dict(row)
+
+
+def _run_dict(row: AgentRunRow) -> dict[str, Any]:
+    return {
+        "id": row.id,
+        "agent": row.agent,
+        "agent_version": row.agent_version,
+        "actor": row.actor,
+        "status": row.status,
+        "input": row.input,
+        "answer": row.answer,
+        "reason": row.reason,
+        "tokens": row.tokens,
+        "steps": row.steps,
+        "started_at": row.started_at,
+        "ended_at": row.ended_at,
+    }
+
+
+def list_runs(agent: str | None = None, limit: int = 50) -> list[dict[str, Any]]:
+    """The newest runs (of one agent), newest first."""
+    query = select(AgentRunRow).order_by(AgentRunRow.started_at.desc()).limit(limit)
+    if agent:
+        query = query.where(AgentRunRow.agent == agent)
+    with session_scope() as s:
+        return [_run_dict(r) for r in s.scalars(query)]
+
+
+def get_trace(run_id: str) -> dict[str, Any]:
+    """A run with every step, in order."""
+    with session_scope() as s:
+        row = s.get(AgentRunRow, run_id)
+        if row is None:
+            raise NotFoundError(f"no agent run {run_id!r} (aifab agents runs)")
+        steps = s.scalars(
+            select(AgentStepRow).where(AgentStepRow.run_id == run_id).order_by(AgentStepRow.idx)
+        )
+        return {
+            **_run_dict(row),
+            "trace": [
+                {
+                    "index": st.idx,
+                    "kind": st.kind,
+                    "name": st.name,
+                    "input": st.input,
+                    "output": st.output,
+                    "error": st.error,
+                    "latency_ms": st.latency_ms,
+                    "tokens": st.tokens,
+                }
+                for st in steps
+            ],
+        }

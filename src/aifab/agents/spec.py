@@ -1,0 +1,81 @@
+"""An agent's YAML: the model endpoint it talks to, its instructions, its tools and budgets."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from pydantic import Field, field_validator
+
+from aifab.core.config import StrictConfig
+
+__all__ = ["AgentSpec", "Budgets", "ModelEndpoint", "ToolSpec"]
+
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,99}")
+
+
+class ModelEndpoint(StrictConfig):
+    """Where the agent's chat model answers: an aifab deployment or any OpenAI-compatible API."""
+
+    model: str = Field(description="Model (deployment) name sent as the request's `model`.")
+    base_url: str | None = Field(
+        None,
+        description="OpenAI-compatible base URL ending in /v1; default: the aifab gateway "
+        "the agent runs on, called with the caller's key.",
+    )
+    api_key_env: str | None = Field(
+        None, description="Environment variable holding the key for `base_url`."
+    )
+    temperature: float = Field(0.0, ge=0, le=2, description="Sampling temperature.")
+    max_tokens: int = Field(256, ge=1, le=32_768, description="Most tokens per model call.")
+    timeout_s: float = Field(60.0, gt=0, le=600, description="Longest one model call may take.")
+
+
+class ToolSpec(StrictConfig):
+    """A built-in tool by name, with its options."""
+
+    use: str = Field(description="Built-in tool: sql, predict or http_get.")
+    options: dict[str, Any] = Field(default_factory=dict, description="The tool's options.")
+
+
+class Budgets(StrictConfig):
+    """Limits of one run; the run stops cleanly (status ``budget_exceeded``) at the first."""
+
+    max_steps: int = Field(8, ge=1, le=100, description="Most model calls.")
+    max_tokens: int = Field(8_000, ge=1, le=1_000_000, description="Most tokens, all calls.")
+    max_seconds: float = Field(120.0, gt=0, le=3_600, description="Longest wall time.")
+    tool_timeout_s: float = Field(20.0, gt=0, le=600, description="Longest one tool call.")
+    max_tool_calls: int = Field(8, ge=1, le=64, description="Most tool calls per model step.")
+    max_tool_output: int = Field(
+        16_000, ge=100, le=1_000_000, description="Characters of a tool's output the model sees."
+    )
+
+
+class AgentSpec(StrictConfig):
+    """One agent: ``aifab agents create -f agent.yaml``."""
+
+    name: str = Field(description="The agent's name.")
+    description: str = Field("", description="What the agent is for.")
+    model: ModelEndpoint = Field(description="The chat model the agent thinks with.")
+    instructions: str = Field(
+        "You are a helpful assistant. Use the tools when they help; answer briefly.",
+        description="The system message.",
+    )
+    tools: list[ToolSpec] = Field(default_factory=list, description="Built-in tools it may call.")
+    budgets: Budgets = Field(default_factory=Budgets, description="Per-run limits.")
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, value: str) -> str:
+        if not _NAME.fullmatch(value):
+            raise ValueError("letters, digits, '_', '.', '-' (1-100, starting with a letter/digit)")
+        return value
+
+    @field_validator("tools")
+    @classmethod
+    def _unique_tools(cls, value: list[ToolSpec]) -> list[ToolSpec]:
+        names = [t.options.get("name", t.use) for t in value]
+        dupes = sorted({n for n in names if names.count(n) > 1})
+        if dupes:
+            raise ValueError(f"tool names must be unique: {', '.join(dupes)}")
+        return value

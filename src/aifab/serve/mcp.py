@@ -1,0 +1,72 @@
+"""The platform's tools over the Model Context Protocol, under the caller's key and role.
+
+``aifab mcp`` serves them on stdio (how desktop agent clients start tool servers): the key comes
+from the environment and is checked like the gateway checks it; a caller gets only the tools its
+role allows (see :func:`aifab.agents.platform_tools.platform_tools`). It lives in ``serve``
+because keys and roles belong to the gateway; the tools themselves are the agents package's.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+from aifab.agents import Tool, ToolContext, ToolError
+from aifab.agents.platform_tools import platform_tools
+from aifab.core.actor import acting_as
+from aifab.core.errors import AifabError, InvalidInputError
+from aifab.serve.keys import PERMISSIONS, authenticate
+
+__all__ = ["build_mcp_server", "serve_stdio"]
+
+
+def _traced(tool: Tool, actor: str) -> Any:
+    """The tool's function, run as the caller (audit events name the key)."""
+    from mcp.server.mcpserver.exceptions import ToolError as McpToolError
+
+    @functools.wraps(tool.fn)
+    def call(**kwargs: Any) -> Any:
+        with acting_as(actor):
+            try:
+                return tool.fn(**kwargs)
+            except (ToolError, AifabError) as exc:
+                # An expected refusal: the client gets the reason as an is_error result.
+                raise McpToolError(str(exc)) from None
+
+    return call
+
+
+def build_mcp_server(secret: str | None, gateway_url: str | None = None) -> Any:
+    """An MCP server offering the tools the key ``secret`` may use.
+
+    Args:
+        secret: the caller's aifab API key.
+        gateway_url: the aifab server that tools calling models go through.
+
+    Raises:
+        InvalidInputError: no key, or an unknown or revoked one.
+    """
+    from mcp.server.mcpserver import MCPServer
+
+    if not secret:
+        raise InvalidInputError(
+            "aifab mcp needs an API key: set $AIFAB_API_KEY (aifab keys create)"
+        )
+    key = authenticate(secret)
+    if key is None:
+        raise InvalidInputError("aifab mcp: the API key is invalid or revoked")
+    ctx = ToolContext(gateway_url=gateway_url, api_key=secret)
+    server = MCPServer(
+        "aifab",
+        instructions="aifab's lake and models: list datasets, query them read-only, predict.",
+    )
+    for tool in platform_tools(ctx, PERMISSIONS.get(key.role, frozenset())):
+        server.add_tool(
+            _traced(tool, f"key:{key.id}"), name=tool.name, description=tool.description
+        )
+    return server
+
+
+def serve_stdio(secret: str | None, gateway_url: str | None = None) -> None:
+    """Serve the caller's tools over stdin/stdout until the client hangs up."""
+    build_mcp_server(secret, gateway_url).run("stdio")

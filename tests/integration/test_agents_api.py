@@ -1,0 +1,133 @@
+"""Agents through the real server: roles, the gateway calling itself with the caller's key (the
+aifab tiny LM as the model), the predict tool on the quickstart model, SSE streaming of steps.
+
+Where a fixed tool-calling behaviour is needed, the model is the STAND-IN scripted
+OpenAI-compatible server of tests/unit/agents/conftest.py.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from tests.unit.agents.conftest import StandInLLM, answer, tool_call
+
+from aifab.inference.deployments import create_deployment
+from aifab.serve.keys import create_key
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture(autouse=True)
+def workspace(module_workspace: Path) -> Path:
+    return module_workspace
+
+
+@pytest.fixture(scope="module")
+def stand_in() -> Iterator[StandInLLM]:
+    server = StandInLLM()
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="module")
+def env(churn_model: Any, tiny_lm: Any, live_server: Callable[..., Any]) -> dict[str, Any]:
+    create_deployment("tiny-lm@1", name="tiny")
+    keys = {
+        role: create_key(role, name=role, rate=None, token_quota=None)[1]
+        for role in ("developer", "client", "viewer")
+    }
+    server = live_server(reconcile_interval_s=0.2)
+    return {"url": server.url, "keys": keys}
+
+
+def _h(env: dict[str, Any], role: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {env['keys'][role]}"}
+
+
+def _records(n: int) -> list[dict[str, Any]]:
+    from aifab.data import query
+    from aifab.inference.loading import load_served_model
+    from aifab.models.checkpoint import read_sidecar
+    from aifab.track.registry import download_model
+
+    handler = load_served_model("churn@champion").handler
+    ref = read_sidecar(download_model("churn@champion"))["meta"]["datasets"][0]["ref"]
+    cols = ", ".join(f'"{c}"' for c in handler.input_columns)
+    rows = query(f'SELECT {cols} FROM "{ref}" LIMIT {n}').to_pylist()
+    return json.loads(json.dumps(rows, default=str))
+
+
+def test_roles_and_a_run_with_the_aifab_lm_through_the_gateway(env: dict[str, Any]) -> None:
+    spec = {"name": "chatty", "model": {"model": "tiny", "max_tokens": 8}}
+    url = f"{env['url']}/v1/agents"
+    assert httpx.post(url, json=spec, headers=_h(env, "client")).status_code == 403
+    r = httpx.post(url, json=spec, headers=_h(env, "developer"))
+    assert r.status_code == 201, r.text
+    bad = httpx.post(url, json={"name": "x", "model": {}}, headers=_h(env, "developer"))
+    assert bad.status_code == 422 and "model.model" in bad.json()["error"]["message"]
+    runs = f"{url}/chatty/runs"
+    assert httpx.post(runs, json={"input": "hi"}, headers=_h(env, "viewer")).status_code == 403
+    assert (
+        httpx.post(f"{url}/nope/runs", json={"input": "hi"}, headers=_h(env, "client")).status_code
+        == 404
+    )
+    r = httpx.post(runs, json={"input": "the cat sat"}, headers=_h(env, "client"), timeout=120)
+    assert r.status_code == 200, r.text
+    run = r.json()
+    assert run["status"] == "completed" and run["steps"] == 1 and run["tokens"] > 0
+    assert run["actor"].startswith("key:")
+    trace = httpx.get(f"{url}/runs/{run['id']}", headers=_h(env, "viewer")).json()
+    assert trace["trace"][0]["kind"] == "model" and trace["trace"][0]["error"] is None
+
+
+def test_predict_tool_streams_steps(env: dict[str, Any], stand_in: StandInLLM) -> None:
+    records = _records(2)
+
+    def script(messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> dict[str, Any]:
+        done = [m for m in messages if m["role"] == "tool"]
+        return (
+            tool_call("predict", {"records": records}) if not done else answer(done[-1]["content"])
+        )
+
+    stand_in.scripts["predictor"] = script
+    spec = {
+        "name": "predictor",
+        "model": {"model": "predictor", "base_url": stand_in.base_url},
+        "tools": [{"use": "predict", "options": {"deployment": "churn"}}],
+    }
+    assert (
+        httpx.post(f"{env['url']}/v1/agents", json=spec, headers=_h(env, "developer")).status_code
+        == 201
+    )
+    events = []
+    with httpx.stream(
+        "POST",
+        f"{env['url']}/v1/agents/predictor/runs",
+        json={"input": "will they churn?", "stream": True},
+        headers=_h(env, "client"),
+        timeout=120,
+    ) as resp:
+        assert resp.status_code == 200
+        assert resp.headers["content-type"].startswith("text/event-stream")
+        for line in resp.iter_lines():
+            if line.startswith("data: "):
+                events.append(line[6:])
+    assert events[-1] == "[DONE]"
+    steps = [json.loads(e) for e in events[:-2]]
+    run = json.loads(events[-2])
+    assert [(s["kind"], s["name"]) for s in steps] == [
+        ("model", "chat"),
+        ("tool", "predict"),
+        ("model", "chat"),
+    ]
+    direct = httpx.post(
+        f"{env['url']}/v1/predict/churn", json={"records": records}, headers=_h(env, "client")
+    ).json()
+    assert steps[1]["output"]["predictions"] == direct["predictions"]
+    assert run["status"] == "completed"
+    assert json.loads(run["answer"])["predictions"] == direct["predictions"]

@@ -1,0 +1,94 @@
+"""``aifab mcp``: the official MCP client lists and calls aifab's tools over stdio, per role."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from mcp import Client, StdioServerParameters
+
+from aifab.data import ingest
+from aifab.serve.keys import create_key, revoke_key
+
+pytestmark = pytest.mark.integration
+
+
+def _params(workspace: Path, secret: str) -> StdioServerParameters:
+    env = {"AIFAB_HOME": str(workspace), "AIFAB_API_KEY": secret, "HF_HUB_OFFLINE": "1"}
+    if os.environ.get("PYTHONPATH"):
+        env["PYTHONPATH"] = os.environ["PYTHONPATH"]
+    return StdioServerParameters(command=sys.executable, args=["-m", "aifab", "mcp"], env=env)
+
+
+async def _session(
+    params: StdioServerParameters, calls: list[tuple[str, dict[str, Any]]]
+) -> tuple[list[str], list[Any]]:
+    async with Client(params, read_timeout_seconds=60) as client:
+        tools = sorted(t.name for t in (await client.list_tools()).tools)
+        results = [await client.call_tool(name, args) for name, args in calls]
+    return tools, results
+
+
+@pytest.fixture
+def lake(workspace: Path, tmp_path: Path) -> None:
+    path = tmp_path / "sensors.csv"
+    path.write_text("device,temp\n" + "".join(f"d{i % 3},{20 + i}\n" for i in range(12)))
+    ingest("sensors", str(path))
+
+
+def test_viewer_gets_the_lake_tools_and_sql_stays_read_only(workspace: Path, lake: None) -> None:
+    _, secret = create_key("viewer", name="mcp-viewer", rate=None, token_quota=None)
+    tools, results = asyncio.run(
+        _session(
+            _params(workspace, secret),
+            [
+                ("list_datasets", {}),
+                (
+                    "sql",
+                    {
+                        "query": "SELECT device, count(*) AS n FROM sensors "
+                        "GROUP BY device ORDER BY device"
+                    },
+                ),
+                ("sql", {"query": "COPY (SELECT 1) TO '/tmp/aifab-mcp.csv'"}),
+            ],
+        )
+    )
+    assert tools == ["list_datasets", "sql"]
+    datasets, counts, refused = results
+    assert not datasets.is_error and json.loads(datasets.content[0].text)["name"] == "sensors"
+    assert json.loads(counts.content[0].text)["rows"] == [
+        {"device": "d0", "n": 4},
+        {"device": "d1", "n": 4},
+        {"device": "d2", "n": 4},
+    ]
+    assert refused.is_error and "only SELECT is allowed" in refused.content[0].text
+    assert not Path("/tmp/aifab-mcp.csv").exists()
+
+
+def test_client_gets_predict_only(workspace: Path) -> None:
+    _, secret = create_key("client", name="mcp-client", rate=None, token_quota=None)
+    tools, [result] = asyncio.run(
+        _session(
+            _params(workspace, secret), [("predict", {"deployment": "churn", "records": [{}]})]
+        )
+    )
+    assert tools == ["predict"]
+    assert result.is_error and "needs a gateway" in result.content[0].text
+
+
+def test_bad_or_revoked_key_is_one_line(workspace: Path) -> None:
+    key, secret = create_key("viewer", name="gone", rate=None, token_quota=None)
+    revoke_key(key["id"])
+    env = {**os.environ, "AIFAB_HOME": str(workspace), "AIFAB_API_KEY": secret}
+    done = subprocess.run(
+        [sys.executable, "-m", "aifab", "mcp"], env=env, capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 2
+    assert done.stderr.strip() == "error: aifab mcp: the API key is invalid or revoked"
