@@ -19,6 +19,12 @@ FAST = {"system_metrics": False, "threads": 1, "progress": False}
 
 
 @pytest.fixture(autouse=True)
+def _model_roots(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """Model directories made by these tests live in tmp_path: allow loading from there."""
+    monkeypatch.setenv("AIFAB_MODEL_ROOTS", str(tmp_path))
+
+
+@pytest.fixture(autouse=True)
 def workspace(module_workspace: Path) -> Path:
     """Every test here shares the module's workspace (and its registered model)."""
     return module_workspace
