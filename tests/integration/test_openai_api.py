@@ -228,9 +228,9 @@ def test_errors_through_the_sdk(env: dict[str, Any], client: openai.OpenAI) -> N
             model="tiny", messages=[{"role": "user", "content": long}], max_tokens=4
         )
     assert "context" in str(too_long.value)
-    with pytest.raises(openai.UnprocessableEntityError) as n2:
-        client.chat.completions.create(model="tiny", messages=CHAT, n=2)
-    assert "n" in n2.value.body["param"]  # type: ignore[index]
+    with pytest.raises(openai.UnprocessableEntityError) as n9:
+        client.chat.completions.create(model="tiny", messages=CHAT, n=9)
+    assert "n" in n9.value.body["param"]  # type: ignore[index]
     with pytest.raises(openai.UnprocessableEntityError) as cap:
         client.completions.create(model="tiny-small", prompt=PROMPT, max_tokens=9)
     assert "max_tokens" in str(cap.value)
@@ -239,10 +239,14 @@ def test_errors_through_the_sdk(env: dict[str, Any], client: openai.OpenAI) -> N
 @pytest.mark.parametrize(
     ("field", "value"),
     [
-        ("logprobs", True),
-        ("tools", [{"type": "function", "function": {"name": "f"}}]),
-        ("response_format", {"type": "json_object"}),
-        ("frequency_penalty", 0.5),
+        ("functions", [{"name": "f"}]),
+        ("tools", [{"type": "function", "function": {}}]),
+        ("response_format", {"type": "yaml"}),
+        ("response_format", {"type": "json_schema", "json_schema": {"schema": {"anyOf": []}}}),
+        ("tool_choice", "required"),
+        ("frequency_penalty", 2.5),
+        ("logit_bias", {"x": 1}),
+        ("top_logprobs", 21),
         ("no_such_field", 1),
     ],
 )

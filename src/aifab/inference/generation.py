@@ -40,6 +40,15 @@ class GenerationParams:
     #: :class:`~aifab.inference.json_constraint.JsonConstraint`): only the token ids its
     #: ``allowed()`` lists are sampled, and ``advance(id, text)`` follows each chosen token.
     constraint: Any = None
+    #: OpenAI's penalties: a token's logit drops by ``frequency * count + presence * (count>0)``
+    #: for the times it was already generated.
+    presence_penalty: float = 0.0
+    frequency_penalty: float = 0.0
+    #: Token id -> bias added to its logit (-100 bans it, +100 all but forces it).
+    logit_bias: dict[int, float] = field(default_factory=dict)
+    #: Log probabilities to report per generated token: None for none, N >= 0 for the chosen
+    #: token's plus the N most likely alternatives'.
+    logprobs: int | None = None
 
 
 @dataclass
@@ -69,6 +78,8 @@ class GenerationResult:
     completion_tokens: int
     finish_reason: str
     token_ids: list[int] = field(default_factory=list, repr=False)
+    #: Per generated token, when asked for: ``{"token", "logprob", "top": [(token, logprob)]}``.
+    logprobs: list[dict[str, Any]] | None = None
 
 
 @dataclass
@@ -173,6 +184,7 @@ class _Row:
     rng: torch.Generator | None
     ids: list[int] = field(default_factory=list)
     pieces: list[str] = field(default_factory=list)
+    logprobs: list[dict[str, Any]] = field(default_factory=list)
 
 
 #: Below this temperature sampling is greedy (logits / T would overflow to inf).
@@ -201,16 +213,42 @@ def _sample(logits: torch.Tensor, params: GenerationParams, rng: torch.Generator
     return int(torch.multinomial(probs, 1, generator=rng))
 
 
-def _constrained(logits: torch.Tensor, params: GenerationParams) -> torch.Tensor:
-    """Logits with every token the constraint forbids set to -inf."""
-    if params.constraint is None:
-        return logits
+def _adjusted(logits: torch.Tensor, row: _Row) -> torch.Tensor:
+    """One row's logits after logit bias, penalties and the constraint's mask."""
     import torch
 
-    allowed = torch.tensor(params.constraint.allowed(), dtype=torch.long)
-    masked = torch.full_like(logits, float("-inf"))
-    masked[allowed] = logits[allowed]
-    return masked
+    params = row.params
+    if params.logit_bias:
+        ids = torch.tensor(list(params.logit_bias), dtype=torch.long)
+        logits = logits.clone()
+        logits[ids] += torch.tensor(list(params.logit_bias.values()), dtype=logits.dtype)
+    if row.ids and (params.presence_penalty or params.frequency_penalty):
+        counts = torch.bincount(torch.tensor(row.ids), minlength=logits.shape[-1]).to(logits)
+        penalty = params.frequency_penalty * counts + params.presence_penalty * (counts > 0)
+        logits = logits - penalty[: logits.shape[-1]]
+    if params.constraint is not None:
+        allowed = torch.tensor(params.constraint.allowed(), dtype=torch.long)
+        masked = torch.full_like(logits, float("-inf"))
+        masked[allowed] = logits[allowed]
+        logits = masked
+    return logits
+
+
+def _log_probs(lm: LanguageModel, logits: torch.Tensor, token: int, top: int) -> dict[str, Any]:
+    """The chosen token's log probability and the ``top`` most likely alternatives'."""
+    import torch
+
+    logp = torch.log_softmax(logits.float(), dim=-1)
+    text = lm.vocabulary().text_of
+    best = torch.topk(logp, min(top, logp.shape[-1])) if top else None
+    alternatives = (
+        [] if best is None else list(zip(best.indices.tolist(), best.values.tolist(), strict=True))
+    )
+    return {
+        "token": text.get(token, ""),
+        "logprob": max(float(logp[token]), -9999.0),
+        "top": [(text.get(i, ""), max(v, -9999.0)) for i, v in alternatives],
+    }
 
 
 def _new_row(lm: LanguageModel, request: GenerationRequest) -> _Row:
@@ -287,10 +325,14 @@ def _steps(lm: LanguageModel, rows: list[_Row]) -> Iterator[tuple[int, Generatio
             # Sampling runs on the CPU, where the per-request generators live.
             logits = out.logits[:, -1, :].float().cpu()
             cache = getattr(out, lm.cache_arg)
+            adjusted = [_adjusted(logits[j], rows[i]) for j, i in enumerate(active)]
             tokens = [
-                _sample(_constrained(logits[j], rows[i].params), rows[i].params, rows[i].rng)
-                for j, i in enumerate(active)
+                _sample(adjusted[j], rows[i].params, rows[i].rng) for j, i in enumerate(active)
             ]
+            for j, i in enumerate(active):
+                top = rows[i].params.logprobs
+                if top is not None:
+                    rows[i].logprobs.append(_log_probs(lm, adjusted[j], tokens[j], top))
         keep: list[int] = []
         for j, (i, token) in enumerate(zip(active, tokens, strict=True)):
             chunk = _advance(lm, rows[i], token)
@@ -346,6 +388,7 @@ def generate(lm: LanguageModel, requests: Sequence[GenerationRequest]) -> list[G
             completion_tokens=len(row.ids),
             finish_reason=finish[i],
             token_ids=list(row.ids),
+            logprobs=row.logprobs if row.params.logprobs is not None else None,
         )
         for i, row in enumerate(rows)
     ]

@@ -20,7 +20,7 @@ from aifab.inference.generation import (
 
 __all__ = ["LMHandler"]
 
-ROLES = ("system", "user", "assistant")
+ROLES = ("system", "user", "assistant", "tool")
 MAX_STOP = 4
 MAX_PROMPTS = 64
 _PARAM_FIELDS = ("max_tokens", "temperature", "top_p", "top_k", "stop", "seed")
@@ -141,6 +141,16 @@ class LMHandler:
             clean, tokenize=False, add_generation_prompt=True
         )
         return prompt
+
+    def json_constraint(self, schema: dict[str, Any]) -> Any:
+        """A fresh constraint making one generation emit JSON valid for ``schema``.
+
+        Raises:
+            InvalidInputError: the schema uses keywords beyond the supported subset (named).
+        """
+        from aifab.inference.json_constraint import JsonConstraint
+
+        return JsonConstraint(schema, self._lm.vocabulary())
 
     def request(self, prompt: str, params: GenerationParams) -> GenerationRequest:
         """Validate one prompt and its parameters against the model's limits.

@@ -45,19 +45,20 @@ def _functions(tools: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def tools_prompt(tools: list[dict[str, Any]]) -> str:
-    """The system text that offers ``tools`` (OpenAI ``tools`` entries) to the model."""
-    specs = [
-        {
-            "name": fn["name"],
-            "description": fn.get("description", ""),
-            "parameters": fn.get("parameters", {"type": "object"}),
-        }
-        for fn in _functions(tools)
-    ]
+    """The system text that offers ``tools`` (OpenAI ``tools`` entries) to the model.
+
+    Compact on purpose: small models have small contexts, and every request carries it.
+    """
+    specs = []
+    for fn in _functions(tools):
+        spec = {"name": fn["name"]}
+        if fn.get("description"):
+            spec["description"] = fn["description"]
+        spec["parameters"] = fn.get("parameters", {"type": "object"})
+        specs.append(spec)
     return (
-        "You can call these tools. To call one, answer only with "
-        f'{CALL_OPEN}{{"name": NAME, "arguments": {{...}}}}{CALL_CLOSE}\n'
-        f"Tools: {json.dumps(specs, separators=(',', ':'))}"
+        f'Tools (call one as {CALL_OPEN}{{"name":...,"arguments":{{...}}}}{CALL_CLOSE}): '
+        + json.dumps(specs, separators=(",", ":"))
     )
 
 

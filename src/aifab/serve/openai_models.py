@@ -55,17 +55,9 @@ def check_sizes(texts: list[str], field: str) -> None:
 #: OpenAI fields aifab cannot honour -> (the values that ask for nothing, why not).
 #: Bookkeeping fields (user, metadata, store, service_tier, ...) are accepted with any value.
 _NEUTRAL: dict[str, tuple[tuple[Any, ...], str]] = {
-    "presence_penalty": ((0,), "only 0"),
-    "frequency_penalty": ((0,), "only 0"),
-    "logit_bias": (({},), "no logit bias"),
-    "logprobs": ((False, 0), "no log probabilities"),
-    "top_logprobs": ((0,), "no log probabilities"),
-    "tools": (([],), "no function calling"),
-    "functions": (([],), "no function calling"),
-    "tool_calls": (([],), "no function calling"),
-    "tool_choice": (("none", "auto"), "no function calling"),
-    "function_call": (("none", "auto"), "no function calling"),
-    "response_format": (({"type": "text"},), "text only"),
+    "logprobs": ((False, 0), "log probabilities of chat completions only"),
+    "functions": (([],), "the deprecated functions API: use tools"),
+    "function_call": (("none", "auto"), "the deprecated functions API: use tool_choice"),
     "modalities": ((["text"],), "text only"),
     "best_of": ((1,), "only 1"),
     "suffix": (("",), "no suffix"),
@@ -95,11 +87,14 @@ class ChatMessage(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    role: Literal["system", "developer", "user", "assistant"]
+    role: Literal["system", "developer", "user", "assistant", "tool"]
     content: str | list[dict[str, Any]] | None = None
     name: str | None = Field(None, max_length=256, description="Accepted and ignored.")
     refusal: str | None = None
-    tool_calls: list[dict[str, Any]] | None = None
+    tool_calls: list[dict[str, Any]] | None = Field(
+        None, max_length=64, description="An assistant turn's calls (OpenAI's shape)."
+    )
+    tool_call_id: str | None = Field(None, max_length=256, description="A tool result's call.")
 
     @field_validator("content")
     @classmethod
@@ -113,12 +108,23 @@ class ChatMessage(BaseModel):
             texts.append(part["text"])
         return "".join(texts)
 
-    _no_tool_calls = field_validator("tool_calls")(_neutral)
+    @field_validator("tool_calls")
+    @classmethod
+    def _calls(cls, value: list[dict[str, Any]] | None) -> list[dict[str, Any]] | None:
+        for i, call in enumerate(value or []):
+            fn = call.get("function")
+            if not isinstance(fn, dict) or not isinstance(fn.get("name"), str):
+                raise ValueError(
+                    f"tool_calls[{i}]: expected {{'function': {{'name', 'arguments'}}}}"
+                )
+        return value
 
-    def as_template_message(self) -> dict[str, str]:
-        """``{"role", "content"}`` for the chat template (``developer`` is OpenAI's system)."""
-        role = "system" if self.role == "developer" else self.role
-        return {"role": role, "content": str(self.content or "")}
+    def as_template_message(self) -> dict[str, Any]:
+        """The message as a plain dict (content text, calls, call id) for the prompt."""
+        out: dict[str, Any] = {"role": self.role, "content": str(self.content or "")}
+        if self.tool_calls:
+            out["tool_calls"] = self.tool_calls
+        return out
 
 
 class _Generation(BaseModel):
@@ -131,14 +137,16 @@ class _Generation(BaseModel):
     temperature: float | None = Field(None, ge=0.0, le=2.0, description="0 = greedy.")
     top_p: float | None = Field(None, gt=0.0, le=1.0)
     top_k: int | None = Field(None, ge=0, description="aifab extension (vLLM's): 0 = off.")
-    n: int | None = Field(None, description="Only 1 is supported.")
+    n: int | None = Field(None, ge=1, le=8, description="Choices to generate (1-8).")
     stop: str | list[str] | None = Field(None, description="Up to 4 stop sequences.")
     stream: bool | None = False
     stream_options: StreamOptions | None = None
     seed: int | None = Field(None, ge=-(2**63), le=2**63 - 1, description="Same seed, same text.")
-    presence_penalty: float | None = None
-    frequency_penalty: float | None = None
-    logit_bias: dict[str, float] | None = None
+    presence_penalty: float | None = Field(None, ge=-2.0, le=2.0)
+    frequency_penalty: float | None = Field(None, ge=-2.0, le=2.0)
+    logit_bias: dict[str, float] | None = Field(
+        None, max_length=300, description="Token id -> bias in [-100, 100]."
+    )
     user: str | None = None
     metadata: dict[str, Any] | None = None
     store: bool | None = None
@@ -146,11 +154,12 @@ class _Generation(BaseModel):
     prompt_cache_key: str | None = None
     safety_identifier: str | None = None
 
-    @field_validator("n")
+    @field_validator("logit_bias")
     @classmethod
-    def _one(cls, value: int | None) -> int | None:
-        if value is not None and value != 1:
-            raise ValueError("only n=1 is supported")
+    def _bias(cls, value: dict[str, float] | None) -> dict[str, float] | None:
+        for token, bias in (value or {}).items():
+            if not token.isdigit() or not -100 <= bias <= 100:
+                raise ValueError(f"logit_bias: {token!r}: token ids map to biases in [-100, 100]")
         return value
 
     @field_validator("stop")
@@ -162,8 +171,6 @@ class _Generation(BaseModel):
         if any(not s for s in stops):
             raise ValueError("stop sequences must not be empty")
         return stops
-
-    _unsupported = field_validator("presence_penalty", "frequency_penalty", "logit_bias")(_neutral)
 
     @property
     def stops(self) -> list[str]:
@@ -182,9 +189,9 @@ class ChatCompletionRequest(_Generation):
     messages: list[ChatMessage] = Field(..., min_length=1)
     max_completion_tokens: int | None = Field(None, ge=1, description="Wins over max_tokens.")
     logprobs: bool | None = None
-    top_logprobs: int | None = None
-    tools: list[dict[str, Any]] | None = None
-    tool_choice: str | dict[str, Any] | None = None
+    top_logprobs: int | None = Field(None, ge=0, le=20)
+    tools: list[dict[str, Any]] | None = Field(None, max_length=128)
+    tool_choice: Literal["none", "auto", "required"] | dict[str, Any] | None = None
     parallel_tool_calls: bool | None = None
     functions: list[dict[str, Any]] | None = None
     function_call: str | dict[str, Any] | None = None
@@ -193,16 +200,48 @@ class ChatCompletionRequest(_Generation):
     reasoning_effort: str | None = None
     verbosity: str | None = None
 
-    _chat_unsupported = field_validator(
-        "logprobs",
-        "top_logprobs",
-        "tools",
-        "functions",
-        "tool_choice",
-        "function_call",
-        "response_format",
-        "modalities",
-    )(_neutral)
+    _chat_unsupported = field_validator("functions", "function_call", "modalities")(_neutral)
+
+    @field_validator("tools")
+    @classmethod
+    def _tools(cls, value: list[dict[str, Any]] | None) -> list[dict[str, Any]] | None:
+        for i, tool in enumerate(value or []):
+            fn = tool.get("function")
+            if tool.get("type") != "function" or not isinstance(fn, dict) or not fn.get("name"):
+                raise ValueError(
+                    f"tools[{i}]: expected {{'type': 'function', 'function': {{'name'}}}}"
+                )
+        return value
+
+    @field_validator("response_format")
+    @classmethod
+    def _format(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
+        kind = (value or {}).get("type", "text")
+        if kind not in ("text", "json_object", "json_schema"):
+            raise ValueError(
+                f"response_format.type: text, json_object or json_schema, not {kind!r}"
+            )
+        if kind == "json_schema":
+            spec = (value or {}).get("json_schema")
+            if not isinstance(spec, dict) or not isinstance(spec.get("schema", {}), dict):
+                raise ValueError("response_format.json_schema: expected {'name', 'schema'}")
+        return value
+
+    @property
+    def output_schema(self) -> dict[str, Any] | None:
+        """The JSON schema the answer must satisfy (``response_format``), or None for text."""
+        fmt = self.response_format or {}
+        if fmt.get("type") == "json_object":
+            return {"type": "object"}
+        if fmt.get("type") == "json_schema":
+            schema: dict[str, Any] = fmt["json_schema"].get("schema") or {}
+            return schema
+        return None
+
+    @property
+    def offered_tools(self) -> list[dict[str, Any]]:
+        """The tools the model may call (none when ``tool_choice`` is ``none``)."""
+        return [] if self.tool_choice == "none" else list(self.tools or [])
 
     @field_validator("messages")
     @classmethod

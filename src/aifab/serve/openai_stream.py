@@ -51,24 +51,55 @@ class Completion:
             "system_fingerprint": self.fingerprint,
         }
 
-    def response(self, choices: list[tuple[str, str]], usage: dict[str, int]) -> dict[str, Any]:
-        """The non-streamed body: one choice per ``(text, finish_reason)``."""
+    def response(self, choices: list[dict[str, Any]], usage: dict[str, int]) -> dict[str, Any]:
+        """The non-streamed body: one choice per ``{"text", "finish_reason"}``.
+
+        Chat choices may also carry ``content``, ``tool_calls``, ``tool_call_errors`` and
+        ``logprobs``.
+        """
         if self.kind == "chat":
             out = [
                 {
                     "index": i,
-                    "message": {"role": "assistant", "content": text, "refusal": None},
-                    "logprobs": None,
-                    "finish_reason": finish,
+                    "message": _message(c),
+                    "logprobs": c.get("logprobs"),
+                    "finish_reason": c["finish_reason"],
                 }
-                for i, (text, finish) in enumerate(choices)
+                for i, c in enumerate(choices)
             ]
             return {**self._head("chat.completion"), "choices": out, "usage": usage}
         out = [
-            {"index": i, "text": text, "logprobs": None, "finish_reason": finish}
-            for i, (text, finish) in enumerate(choices)
+            {"index": i, "text": c["text"], "logprobs": None, "finish_reason": c["finish_reason"]}
+            for i, c in enumerate(choices)
         ]
         return {**self._head("text_completion"), "choices": out, "usage": usage}
+
+    def replay(self, choices: list[dict[str, Any]], usage: dict[str, int] | None) -> list[str]:
+        """Finished chat choices as the chunks of a stream (tool calls as ``delta.tool_calls``).
+
+        Used when the answer must be complete before it can be sent: tool calls are parsed
+        from the whole text.
+        """
+        events = []
+        for i, c in enumerate(choices):
+            head = {**self._head("chat.completion.chunk")}
+            deltas: list[dict[str, Any]] = [{"role": "assistant", "content": ""}]
+            if c.get("content"):
+                deltas.append({"content": c["content"]})
+            calls = c.get("tool_calls") or []
+            if calls:
+                deltas.append(
+                    {"tool_calls": [{"index": k, **call} for k, call in enumerate(calls)]}
+                )
+            for delta in deltas:
+                choice = {"index": i, "delta": delta, "logprobs": None, "finish_reason": None}
+                events.append(_event({**head, "choices": [choice]}))
+            end = {"index": i, "delta": {}, "logprobs": None, "finish_reason": c["finish_reason"]}
+            events.append(_event({**head, "choices": [end]}))
+        if usage is not None:
+            events.append(_event(self.usage_chunk(usage)))
+        events.append("data: [DONE]\n\n")
+        return events
 
     def chunk(
         self, text: str | None = None, finish: str | None = None, *, first: bool = False
@@ -89,6 +120,20 @@ class Completion:
         """The last chunk of a stream with ``include_usage``: no choices, the token counts."""
         obj = "chat.completion.chunk" if self.kind == "chat" else "text_completion"
         return {**self._head(obj), "choices": [], "usage": usage}
+
+
+def _message(choice: dict[str, Any]) -> dict[str, Any]:
+    message: dict[str, Any] = {
+        "role": "assistant",
+        "content": choice.get("content", choice.get("text")),
+        "refusal": None,
+    }
+    if choice.get("tool_calls"):
+        message["tool_calls"] = choice["tool_calls"]
+    if choice.get("tool_call_errors"):
+        # Not in OpenAI's schema (clients ignore unknown fields): why a call was not made.
+        message["tool_call_errors"] = choice["tool_call_errors"]
+    return message
 
 
 def _event(data: dict[str, Any]) -> str:

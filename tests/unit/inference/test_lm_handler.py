@@ -58,7 +58,7 @@ def test_chat_prompt_uses_the_chat_template(handler: LMHandler) -> None:
         ([], "messages"),
         ("hi", "messages"),
         (["hi"], "messages[0]"),
-        ([{"role": "user", "content": "a"}, {"role": "tool", "content": "b"}], "messages[1].role"),
+        ([{"role": "user", "content": "a"}, {"role": "robot", "content": "b"}], "messages[1].role"),
         ([{"content": "a"}], "messages[0].role"),
         ([{"role": "user", "content": ["a"]}], "messages[0].content"),
         ([{"role": "user"}], "messages[0].content"),

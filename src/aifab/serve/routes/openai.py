@@ -108,7 +108,11 @@ def _temperature(value: float | None) -> float:
 
 
 def _generation(
-    handler: Any, prompt: str, body: ChatCompletionRequest | CompletionRequest, field: str
+    handler: Any,
+    prompt: str,
+    body: ChatCompletionRequest | CompletionRequest,
+    field: str,
+    choice: int = 0,
 ) -> Any:
     """The handler's validated request; a prompt too long for the context is a 400."""
     from aifab.inference.generation import GenerationParams
@@ -131,12 +135,23 @@ def _generation(
         top_p=1.0 if body.top_p is None else max(body.top_p, MIN_TOP_P),
         top_k=body.top_k or 0,
         stop=body.stops,
-        seed=body.seed,
+        # Choice i of n gets seed + i: n different samples that a seed still reproduces.
+        seed=None if body.seed is None else (body.seed + choice) % 2**63,
+        presence_penalty=body.presence_penalty or 0.0,
+        frequency_penalty=body.frequency_penalty or 0.0,
+        logit_bias={int(k): float(v) for k, v in (body.logit_bias or {}).items()},
+        logprobs=_logprobs(body),
     )
     try:
         return handler.request(prompt, params)
     except InvalidInputError as exc:
         raise as_api_error(exc) from None
+
+
+def _logprobs(body: ChatCompletionRequest | CompletionRequest) -> int | None:
+    if isinstance(body, ChatCompletionRequest) and body.logprobs:
+        return body.top_logprobs or 0
+    return None
 
 
 async def _prepared(
@@ -179,15 +194,18 @@ async def chat_completions(
     request: Request,
     principal: Principal = Depends(_invoke),
 ) -> JSONResponse | StreamingResponse:
-    """Chat with a language-model deployment (``stream: true`` answers Server-Sent Events)."""
+    """Chat with a language-model deployment (``stream: true`` answers Server-Sent Events).
+
+    With ``tools`` the model may answer with ``tool_calls`` (``tool_choice`` ``required`` or a
+    named function forces one, decoded under its JSON schema); ``response_format`` with
+    ``json_object`` or ``json_schema`` constrains decoding so the answer always parses.
+    """
     started = time.perf_counter()
+    tools = body.offered_tools
+    forced = _forced_schema(tools, body)
 
     def build(handler: Any) -> list[Any]:
-        try:
-            prompt = handler.chat_prompt([m.as_template_message() for m in body.messages])
-        except InvalidInputError as exc:
-            raise as_api_error(exc) from None
-        return [_generation(handler, prompt, body, "messages")]
+        return chat_generations(handler, body, tools, forced)
 
     served, target, items = await _prepared(request, body, started, build)
     done = Completion(
@@ -196,15 +214,96 @@ async def chat_completions(
         model=body.model,
         fingerprint=target.model,
     )
-    if body.stream:
+    plain = not tools and len(items) == 1 and not body.logprobs
+    if body.stream and plain:
         return _stream(request, served, target, items[0], done, body.include_usage, started)
-    [result] = await invoke(request, served, target, items, started=started)
-    return JSONResponse(
-        done.response(
-            [(result.text, result.finish_reason)],
-            _usage(result.prompt_tokens, result.completion_tokens),
-        )
-    )
+    results = await invoke(request, served, target, items, started=started)
+    choices = [
+        chat_choice(r, tools, forced is not None, body.parallel_tool_calls, done.id)
+        for r in results
+    ]
+    usage = _usage(sum(r.prompt_tokens for r in results), sum(r.completion_tokens for r in results))
+    if body.stream:  # tool calls, n > 1, logprobs: the finished choices, sent as chunks
+        events = done.replay(choices, usage if body.include_usage else None)
+        return StreamingResponse(iter(events), media_type="text/event-stream")
+    return JSONResponse(done.response(choices, usage))
+
+
+def _forced_schema(tools: list[dict[str, Any]], body: ChatCompletionRequest) -> Any:
+    from aifab.inference.tool_calls import call_schema
+
+    if body.tool_choice not in (None, "none", "auto") and not tools:
+        raise ApiError(422, "tool_choice: there are no tools to call", param="tool_choice")
+    try:
+        return call_schema(tools, body.tool_choice) if tools else None
+    except InvalidInputError as exc:
+        raise ApiError(422, exc.message, param="tool_choice") from None
+
+
+def chat_generations(
+    handler: Any, body: ChatCompletionRequest, tools: list[dict[str, Any]], forced: Any
+) -> list[Any]:
+    """The generation requests of a chat request: tools in the prompt, one item per choice.
+
+    Each item gets a fresh JSON constraint when the answer must be JSON (a forced call or
+    ``response_format``).
+    """
+    from aifab.inference.tool_calls import CALL_OPEN, template_messages
+
+    messages = template_messages([m.as_template_message() for m in body.messages], tools)
+    try:
+        prompt = handler.chat_prompt(messages)
+    except InvalidInputError as exc:
+        raise as_api_error(exc) from None
+    schema = forced or body.output_schema
+    if forced is not None:
+        prompt += CALL_OPEN  # the model writes only the call's JSON
+    items = []
+    for i in range(body.n or 1):
+        item = _generation(handler, prompt, body, "messages", choice=i)
+        if schema is not None:
+            try:
+                item.params.constraint = handler.json_constraint(schema)
+            except InvalidInputError as exc:
+                where = "tool_choice" if forced is not None else "response_format"
+                raise ApiError(422, f"{where}: {exc.message}", param=where) from None
+        items.append(item)
+    return items
+
+
+def chat_choice(
+    result: Any, tools: list[dict[str, Any]], forced: bool, parallel: bool | None, call_id: str
+) -> dict[str, Any]:
+    """One finished generation as a chat choice: text, or tool calls parsed out of it."""
+    import json
+
+    from aifab.inference.tool_calls import CALL_CLOSE, CALL_OPEN, parse_tool_calls
+
+    choice: dict[str, Any] = {"text": result.text, "finish_reason": result.finish_reason}
+    if result.logprobs is not None:
+        choice["logprobs"] = {"content": [_logprob(t) for t in result.logprobs], "refusal": None}
+    if not tools:
+        return choice
+    text = result.text
+    if forced:
+        if result.finish_reason != "stop":
+            return choice  # cut by max_tokens before the call's JSON closed: plain text
+        text = f"{CALL_OPEN}{json.dumps(json.loads(text))}{CALL_CLOSE}"
+    parsed = parse_tool_calls(text, tools, parallel=parallel is not False, call_id=call_id)
+    choice["content"] = parsed.content
+    if parsed.tool_calls:
+        choice.update(tool_calls=parsed.tool_calls, finish_reason="tool_calls")
+    if parsed.errors:
+        choice["tool_call_errors"] = parsed.errors
+    return choice
+
+
+def _logprob(entry: dict[str, Any]) -> dict[str, Any]:
+    def one(token: str, logprob: float) -> dict[str, Any]:
+        return {"token": token, "logprob": logprob, "bytes": list(token.encode("utf-8"))}
+
+    top = [one(t, lp) for t, lp in entry["top"]]
+    return {**one(entry["token"], entry["logprob"]), "top_logprobs": top}
 
 
 @router.post("/v1/completions", responses=_ERRORS, response_model=None)
@@ -217,9 +316,17 @@ async def completions(
     started = time.perf_counter()
     if body.stream and len(body.prompts) > 1:
         raise ApiError(422, "prompt: stream one prompt at a time", param="prompt")
+    n = body.n or 1
+    if body.stream and n > 1:
+        raise ApiError(422, "n: stream one choice at a time", param="n")
 
     def build(handler: Any) -> list[Any]:
-        return [_generation(handler, p, body, "prompt") for p in body.prompts]
+        # OpenAI's order: the n choices of the first prompt, then those of the next.
+        return [
+            _generation(handler, p, body, "prompt", choice=i)
+            for p in body.prompts
+            for i in range(n)
+        ]
 
     served, target, items = await _prepared(request, body, started, build)
     done = Completion(
@@ -232,8 +339,11 @@ async def completions(
     if body.stream:
         return _stream(request, served, target, items[0], done, body.include_usage, started)
     results = await invoke(request, served, target, items, started=started)
-    echo = body.prompts if body.echo else [""] * len(results)
-    choices = [(e + r.text, r.finish_reason) for e, r in zip(echo, results, strict=True)]
+    echo = [p for p in body.prompts for _ in range(n)] if body.echo else [""] * len(results)
+    choices = [
+        {"text": e + r.text, "finish_reason": r.finish_reason}
+        for e, r in zip(echo, results, strict=True)
+    ]
     usage = _usage(sum(r.prompt_tokens for r in results), sum(r.completion_tokens for r in results))
     return JSONResponse(done.response(choices, usage))
 

@@ -1,0 +1,238 @@
+"""The OpenAI surface frameworks rely on, through the official ``openai`` SDK against aifab's own
+tiny LM: tool calls (forced and auto, streamed and not), JSON output under a schema, n > 1,
+log probabilities, penalties and logit bias."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import openai
+import pytest
+
+from aifab.inference.deployments import create_deployment
+from aifab.inference.loading import load_served_model
+from aifab.serve.keys import create_key
+
+pytestmark = pytest.mark.integration
+
+CHAT = [{"role": "user", "content": "how many?"}]
+SQL_TOOL = {
+    "type": "function",
+    "function": {
+        "name": "sql",
+        "parameters": {
+            "type": "object",
+            "properties": {"q": {"type": "string", "maxLength": 12}},
+            "required": ["q"],
+        },
+    },
+}
+PREDICT_TOOL = {
+    "type": "function",
+    "function": {"name": "predict", "parameters": {"type": "object"}},
+}
+TOOLS = [SQL_TOOL, PREDICT_TOOL]
+
+
+@pytest.fixture(autouse=True)
+def workspace(module_workspace: Path) -> Path:
+    return module_workspace
+
+
+@pytest.fixture(scope="module")
+def long_lm(module_workspace: Path) -> None:
+    """A tiny LM like conftest's ``tiny_lm`` but with a 1,024-token context: tool schemas in
+    the prompt take a few hundred tokens of its small vocabulary."""
+    from aifab.data import ingest
+    from aifab.train.recipes.lm import main
+
+    ingest(
+        "lm_corpus", str(Path(__file__).parents[2] / "examples" / "llm" / "data" / "corpus.jsonl")
+    )
+    main(
+        {
+            "dataset": "lm_corpus",
+            "text_column": "text",
+            "model": {"preset": "tiny", "max_position_embeddings": 1024},
+            "vocab_size": 384,
+            "block_size": 64,
+            "batch_size": 16,
+            "max_steps": 40,
+            "eval_every": 40,
+            "register": "tools-lm",
+            "system_metrics": False,
+            "threads": 1,
+            "progress": False,
+        }
+    )
+
+
+@pytest.fixture(scope="module")
+def client(long_lm: None, live_server: Callable[..., Any]) -> Iterator[openai.OpenAI]:
+    create_deployment("tools-lm@1", name="tiny", max_batch_size=4, max_wait_ms=5)
+    _, secret = create_key("client", name="tools", rate=None, token_quota=None)
+    server = live_server(reconcile_interval_s=0.2)
+    yield openai.OpenAI(base_url=f"{server.url}/v1", api_key=secret, max_retries=0)
+
+
+def test_required_tool_choice_always_gives_a_valid_call(client: openai.OpenAI) -> None:
+    for seed in range(3):
+        out = client.chat.completions.create(
+            model="tiny",
+            messages=CHAT,
+            tools=TOOLS,
+            tool_choice="required",
+            max_tokens=60,
+            temperature=1.0,
+            seed=seed,
+        )
+        choice = out.choices[0]
+        if choice.finish_reason == "length":
+            continue
+        assert choice.finish_reason == "tool_calls"
+        [call] = choice.message.tool_calls or []
+        assert call.type == "function" and call.function.name in ("sql", "predict")
+        assert isinstance(json.loads(call.function.arguments), dict)
+
+
+def test_named_tool_choice_follows_the_function_schema(client: openai.OpenAI) -> None:
+    out = client.chat.completions.create(
+        model="tiny",
+        messages=CHAT,
+        tools=TOOLS,
+        max_tokens=60,
+        temperature=0,
+        tool_choice={"type": "function", "function": {"name": "sql"}},
+    )
+    [call] = out.choices[0].message.tool_calls or []
+    assert call.function.name == "sql"
+    args = json.loads(call.function.arguments)
+    jsonschema.validate(args, {**SQL_TOOL["function"]["parameters"], "additionalProperties": False})
+
+
+def test_streamed_tool_calls_arrive_as_deltas(client: openai.OpenAI) -> None:
+    stream = client.chat.completions.create(
+        model="tiny",
+        messages=CHAT,
+        tools=TOOLS,
+        max_tokens=60,
+        temperature=0,
+        stream=True,
+        tool_choice={"type": "function", "function": {"name": "sql"}},
+    )
+    name, arguments, finish = "", "", None
+    for chunk in stream:
+        for choice in chunk.choices:
+            for call in choice.delta.tool_calls or []:
+                name += call.function.name or ""
+                arguments += call.function.arguments or ""
+            finish = choice.finish_reason or finish
+    assert (name, finish) == ("sql", "tool_calls")
+    assert "q" in json.loads(arguments)
+
+
+def test_history_with_tool_results_and_auto_choice(client: openai.OpenAI) -> None:
+    messages = [
+        *CHAT,
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [
+                {
+                    "id": "c0",
+                    "type": "function",
+                    "function": {"name": "sql", "arguments": '{"q": "SELECT 1"}'},
+                }
+            ],
+        },
+        {"role": "tool", "tool_call_id": "c0", "content": '{"rows": [[42]]}'},
+    ]
+    out = client.chat.completions.create(
+        model="tiny", messages=messages, tools=TOOLS, max_tokens=16, temperature=0
+    )
+    choice = out.choices[0]
+    assert choice.finish_reason in ("stop", "length", "tool_calls")
+    if choice.message.tool_calls:
+        assert all(c.function.name in ("sql", "predict") for c in choice.message.tool_calls)
+
+
+def test_json_schema_response_format_always_validates(client: openai.OpenAI) -> None:
+    schema = {
+        "type": "object",
+        "properties": {"answer": {"type": "string", "maxLength": 10}, "ok": {"type": "boolean"}},
+        "required": ["answer", "ok"],
+    }
+    out = client.chat.completions.create(
+        model="tiny",
+        messages=CHAT,
+        max_tokens=60,
+        temperature=0,
+        response_format={"type": "json_schema", "json_schema": {"name": "a", "schema": schema}},
+    )
+    jsonschema.validate(
+        json.loads(out.choices[0].message.content or ""), {**schema, "additionalProperties": False}
+    )
+    obj = client.chat.completions.create(
+        model="tiny",
+        messages=CHAT,
+        max_tokens=60,
+        temperature=0,
+        response_format={"type": "json_object"},
+    )
+    if obj.choices[0].finish_reason == "stop":
+        assert isinstance(json.loads(obj.choices[0].message.content or ""), dict)
+
+
+def test_n_logprobs_and_penalties(client: openai.OpenAI) -> None:
+    out = client.chat.completions.create(
+        model="tiny",
+        messages=CHAT,
+        n=3,
+        max_tokens=6,
+        temperature=1.0,
+        seed=5,
+        logprobs=True,
+        top_logprobs=2,
+    )
+    assert [c.index for c in out.choices] == [0, 1, 2]
+    assert out.usage is not None and out.usage.completion_tokens == sum(
+        len(c.logprobs.content or []) for c in out.choices if c.logprobs
+    )
+    first = out.choices[0].logprobs.content[0]  # type: ignore[union-attr]
+    assert first.logprob <= 0 and len(first.top_logprobs) == 2
+    assert first.top_logprobs[0].logprob >= first.top_logprobs[1].logprob
+    greedy = client.chat.completions.create(
+        model="tiny", messages=CHAT, max_tokens=1, temperature=0, logprobs=True
+    )
+    token = greedy.choices[0].logprobs.content[0].token  # type: ignore[union-attr]
+    tokenizer = load_served_model("tools-lm@1").handler._lm.tokenizer
+    [token_id] = tokenizer(token, add_special_tokens=False)["input_ids"]
+    banned = client.chat.completions.create(
+        model="tiny",
+        messages=CHAT,
+        max_tokens=1,
+        temperature=0,
+        logprobs=True,
+        logit_bias={str(token_id): -100},
+    )
+    assert banned.choices[0].logprobs.content[0].token != token  # type: ignore[union-attr]
+    penalised = client.chat.completions.create(
+        model="tiny",
+        messages=CHAT,
+        max_tokens=24,
+        temperature=0,
+        frequency_penalty=2.0,
+        presence_penalty=2.0,
+        logprobs=True,
+    )
+    tokens = [t.token for t in penalised.choices[0].logprobs.content]  # type: ignore[union-attr]
+    plain = client.chat.completions.create(
+        model="tiny", messages=CHAT, max_tokens=24, temperature=0, logprobs=True
+    )
+    plain_tokens = [t.token for t in plain.choices[0].logprobs.content]  # type: ignore[union-attr]
+    # Penalties make repeats rarer than in the unpenalised greedy text.
+    assert len(tokens) - len(set(tokens)) <= len(plain_tokens) - len(set(plain_tokens))
