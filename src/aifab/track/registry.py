@@ -18,7 +18,8 @@ from aifab.core.audit import audited
 from aifab.core.errors import InvalidInputError, NotFoundError
 from aifab.core.ids import digest
 from aifab.core.workspace import get_workspace
-from aifab.track.tracking import get_client, translate_error
+from aifab.track.mlflow_model import aifab_model_dir, link_version
+from aifab.track.tracking import get_client, tracking_uri, translate_error
 
 _NAME_RE = re.compile(r"^[A-Za-z0-9][\w.\-]{0,199}$")
 _ALIAS_RE = re.compile(r"^[A-Za-z_][\w\-]{0,99}$")
@@ -177,15 +178,40 @@ def register_model(
             if getattr(exc, "error_code", "") != "RESOURCE_ALREADY_EXISTS":
                 raise translate_error(exc, f"model {name!r}") from None
     source = f"runs:/{run_id}/{artifact_path.strip('/')}"
+    model_id, location = _as_mlflow_model(run_id, artifact_path, name)
+    source = location or source
     str_tags = {str(k): str(v) for k, v in (tags or {}).items()}
-    mv = client.create_model_version(name, source, run_id=run_id, tags=str_tags)
+    mv = client.create_model_version(name, source, run_id=run_id, tags=str_tags, model_id=model_id)
     version = _version_dict(mv)
+    if model_id:
+        link_version(model_id, name, version["version"])
     audited(
         "model.register",
         f"model:{name}@{version['version']}",
         {"run_id": run_id, "artifact_path": artifact_path, "tags": str_tags},
     )
     return version
+
+
+def _as_mlflow_model(run_id: str, artifact_path: str, name: str) -> tuple[str | None, str | None]:
+    """Log the run's aifab model directory as an MLflow model: (LoggedModel id, location).
+
+    (None, None) for any other artifact.
+
+    A directory without an aifab sidecar (e.g. a model logged by plain MLflow) is registered
+    as it is.
+    """
+    from aifab.track.mlflow_model import log_mlflow_model, servable_builder
+
+    scratch = Path(tempfile.mkdtemp(prefix="register-", dir=get_workspace().tmp))
+    try:
+        path = artifact_path.strip("/")
+        local = Path(get_client().download_artifacts(run_id, path, str(scratch)))
+        if servable_builder(local) is None:
+            return None, None
+        return log_mlflow_model(run_id, local, name=name)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
 
 
 def set_alias(name: str, alias: str, version: int | str) -> dict[str, Any]:
@@ -222,12 +248,18 @@ def download_model(ref: str) -> Path:
     mv = resolve_model(ref)
     cache = get_workspace().root / "cache" / "models" / mv["name"]
     target = cache / f"v{mv['version']}-{digest(mv['source'])[:12]}"
-    if target.is_dir():
-        return target
+    if not target.is_dir():
+        _download_to(mv["source"], cache, target)
+    # An MLflow model built by register_model holds the aifab directory inside it.
+    return aifab_model_dir(target) or target
+
+
+def _download_to(source: str, cache: Path, target: Path) -> None:
+    """Download ``source`` and move it to ``target`` whole (a concurrent download may win)."""
     cache.mkdir(parents=True, exist_ok=True)
     scratch = Path(tempfile.mkdtemp(prefix="model-", dir=get_workspace().tmp))
     try:
-        fetched = _fetch(mv["source"], scratch / "dl")
+        fetched = _fetch(source, scratch / "dl")
         if fetched.is_file():  # a single-file artifact still yields a directory
             (scratch / "one").mkdir()
             fetched = Path(shutil.move(fetched, scratch / "one" / fetched.name)).parent
@@ -238,7 +270,6 @@ def download_model(ref: str) -> Path:
                 raise
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
-    return target
 
 
 def _fetch(source: str, dst: Path) -> Path:
@@ -249,7 +280,9 @@ def _fetch(source: str, dst: Path) -> Path:
         return Path(get_client().download_artifacts(run_id, path, str(dst)))
     from mlflow.artifacts import download_artifacts
 
-    return Path(download_artifacts(artifact_uri=source, dst_path=str(dst)))
+    return Path(
+        download_artifacts(artifact_uri=source, dst_path=str(dst), tracking_uri=tracking_uri())
+    )
 
 
 _EXPORT_FORMAT_RE = re.compile(r"^[a-z0-9][a-z0-9\-]{0,39}$")
