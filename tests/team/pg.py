@@ -52,8 +52,9 @@ class PostgresServer:
         self._run("initdb", "-D", str(self.data), "-U", self.user, "-A", "trust", "-E", "UTF8")
         opts = f"-p {self.port} -k {self.root} -c listen_addresses=127.0.0.1 -c fsync=off"
         opts += " -c max_connections=200"
-        self._run("pg_ctl", "-D", str(self.data), "-o", opts, "-l", str(self.root / "log"),
-                  "-w", "start")
+        self._run(
+            "pg_ctl", "-D", str(self.data), "-o", opts, "-l", str(self.root / "log"), "-w", "start"
+        )
         self.url = f"postgresql+psycopg://{self.user}@127.0.0.1:{self.port}"
 
     def _run(self, tool: str, *args: str) -> None:

@@ -1,4 +1,4 @@
-"""The metadata DB schema on SQLite and PostgreSQL: upgrades from every revision, concurrent starts."""
+"""The metadata DB schema on SQLite and PostgreSQL: upgrades from every revision; many starts."""
 
 from __future__ import annotations
 

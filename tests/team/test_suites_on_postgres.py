@@ -13,10 +13,9 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
-
-from pg import PostgresServer
 
 ROOT = Path(__file__).resolve().parents[2]
 SUITES = [
@@ -41,7 +40,8 @@ SQLITE_ONLY = {
 pytestmark = [pytest.mark.slow, pytest.mark.integration]
 
 
-def test_suites_pass_on_postgresql(pg_server: PostgresServer) -> None:
+@pytest.mark.timeout(1500)
+def test_suites_pass_on_postgresql(pg_server: Any) -> None:
     deselect = [arg for case in SQLITE_ONLY for arg in ("--deselect", case)]
     env = {**os.environ, "AIFAB_TEST_PG_SERVER": pg_server.url}
     cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *deselect, *SUITES]
