@@ -17,6 +17,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
+from aifab.core.extras import require
 from aifab.jobs.executors.base import AttemptStatus, Launch, remember_done, unknown_status
 from aifab.jobs.executors.procs import kill_group
 from aifab.jobs.executors.ray_replica import ReplicaProcess
@@ -95,7 +96,7 @@ class RayExecutor:
         self._actor_cls: Any = None
 
     def _ray(self) -> Any:
-        import ray
+        ray = require("ray", "the ray executor")
 
         if not ray.is_initialized():
             ray.init(

@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from aifab.core.config import as_config
+from aifab.core.extras import require
 from aifab.core.errors import (
     AifabError,
     ConflictError,
@@ -241,6 +242,7 @@ class VolcanoExecutor:
                 "(aifab job submit --dry-run) but submits nothing"
             )
         if self._objects is None:
+            require("kubernetes", "the Volcano executor")
             from kubernetes import client
 
             self._objects = client.CustomObjectsApi(_api_client(self.kubeconfig))
