@@ -33,7 +33,6 @@ from pathlib import Path
 from typing import Any
 
 from aifab.core.config import as_config
-from aifab.core.extras import require
 from aifab.core.errors import (
     AifabError,
     ConflictError,
@@ -41,6 +40,7 @@ from aifab.core.errors import (
     NotFoundError,
     first_line,
 )
+from aifab.core.extras import require
 from aifab.jobs.executors.base import AttemptStatus, Launch, ReplicaLaunch
 from aifab.jobs.policy import Node
 from aifab.jobs.resources import Resources
