@@ -124,7 +124,7 @@ def resolve_model(ref: str) -> dict[str, Any]:
     try:
         if selector.isdigit():
             return _version_dict(client.get_model_version(name, selector))
-        return _version_dict(client.get_model_version_by_alias(name, selector))
+        found = _version_dict(client.get_model_version_by_alias(name, selector))
     except MlflowException:
         if selector.isdigit():
             have = ", ".join(str(v["version"]) for v in reversed(_versions(name))) or "none"
@@ -135,6 +135,25 @@ def resolve_model(ref: str) -> dict[str, Any]:
         raise NotFoundError(
             f"model {name!r} has no alias {selector!r} (aliases: {aliases})"
         ) from None
+    _note_alias(name, selector, found["version"], (rm.tags or {}).get(_ALIAS_TAG + selector))
+    return found
+
+
+#: Registered-model tag prefix: where aifab last saw each alias (``aifab.alias.champion``).
+_ALIAS_TAG = "aifab.alias."
+
+
+def _note_alias(name: str, alias: str, version: int, noted: str | None) -> None:
+    """Audit an alias that moved outside aifab (MLflow's UI or API) when first seen moved."""
+    if noted == str(version):
+        return
+    get_client().set_registered_model_tag(name, _ALIAS_TAG + alias, str(version))
+    previous = int(noted) if noted and noted.isdigit() else None
+    audited(
+        "model.alias",
+        f"model:{name}@{version}",
+        {"alias": alias, "previous": previous, "moved_in": "mlflow"},
+    )
 
 
 def _check_artifact(run_id: str, artifact_path: str) -> None:
@@ -231,6 +250,7 @@ def set_alias(name: str, alias: str, version: int | str) -> dict[str, Any]:
     target = resolve_model(f"{name}@{int(version)}")
     previous = (_registered(name).aliases or {}).get(alias)
     get_client().set_registered_model_alias(name, alias, str(target["version"]))
+    get_client().set_registered_model_tag(name, _ALIAS_TAG + alias, str(target["version"]))
     audited(
         "model.alias",
         f"model:{name}@{target['version']}",
