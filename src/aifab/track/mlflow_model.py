@@ -121,8 +121,12 @@ def _native_flavor(model_dir: Path, builder: str, scratch: Path) -> tuple[str, d
     return flavor, config, scratch
 
 
-def build_mlflow_model(model_dir: Path, dst: Path, *, run_id: str, model_id: str) -> Path:
+def build_mlflow_model(
+    model_dir: Path, dst: Path, *, run_id: str, model_id: str, loaded: Any = None
+) -> Path:
     """Write the MLflow model of aifab model directory ``model_dir`` to ``dst`` (not existing).
+
+    ``loaded`` is the directory already loaded by aifab's loader (loaded here when None).
 
     Raises:
         InvalidInputError: the directory is no model aifab can load (named by its loader).
@@ -132,7 +136,7 @@ def build_mlflow_model(model_dir: Path, dst: Path, *, run_id: str, model_id: str
 
     from aifab.track.pyfunc import ARTIFACT_KEY, LOADER
 
-    loaded = load_target(LOADER)(str(model_dir))
+    loaded = loaded or load_target(LOADER)(str(model_dir))
     signature, example = _signature(loaded.handler.describe())
     builder = str(loaded.sidecar.get("builder"))
     mlflow.pyfunc.save_model(
@@ -165,6 +169,9 @@ def build_mlflow_model(model_dir: Path, dst: Path, *, run_id: str, model_id: str
 def log_mlflow_model(run_id: str, model_dir: Path, *, name: str) -> tuple[str, str]:
     """Log aifab model directory ``model_dir`` as a LoggedModel of run ``run_id``.
 
+    Raises:
+        InvalidInputError: aifab cannot load the directory (nothing is created then).
+
     Returns:
         The LoggedModel's id and artifact location (the model version's source: the registry
         resolves ``models:/<id>`` sources through MLflow's global tracking URI, not ours).
@@ -172,7 +179,9 @@ def log_mlflow_model(run_id: str, model_dir: Path, *, name: str) -> tuple[str, s
     from mlflow.entities import LoggedModelOutput, LoggedModelStatus
 
     from aifab.track.client import get_client
+    from aifab.track.pyfunc import LOADER
 
+    loaded = load_target(LOADER)(str(model_dir))  # before creating anything: it may not load
     client = get_client()
     run = client.get_run(run_id)
     builder = str(servable_builder(model_dir))
@@ -186,7 +195,7 @@ def log_mlflow_model(run_id: str, model_dir: Path, *, name: str) -> tuple[str, s
     scratch = Path(tempfile.mkdtemp(prefix="mlmodel-", dir=get_workspace().tmp))
     try:
         built = build_mlflow_model(
-            model_dir, scratch / "model", run_id=run_id, model_id=logged.model_id
+            model_dir, scratch / "model", run_id=run_id, model_id=logged.model_id, loaded=loaded
         )
         client.log_model_artifacts(logged.model_id, str(built))
     except BaseException:

@@ -6,6 +6,7 @@ A model reference is ``NAME`` (the latest version), ``NAME@3`` (a version) or ``
 
 from __future__ import annotations
 
+import logging
 import os
 import posixpath
 import re
@@ -18,9 +19,11 @@ from aifab.core.audit import audited
 from aifab.core.errors import InvalidInputError, NotFoundError
 from aifab.core.ids import digest
 from aifab.core.workspace import get_workspace
+from aifab.track.client import MAX_TAG_LENGTH
 from aifab.track.mlflow_model import aifab_model_dir, link_version
 from aifab.track.tracking import get_client, tracking_uri, translate_error
 
+_log = logging.getLogger(__name__)
 _NAME_RE = re.compile(r"^[A-Za-z0-9][\w.\-]{0,199}$")
 _ALIAS_RE = re.compile(r"^[A-Za-z_][\w\-]{0,99}$")
 _VERSION_LIKE = re.compile(r"^[vV]?\d+$")
@@ -197,9 +200,11 @@ def register_model(
             if getattr(exc, "error_code", "") != "RESOURCE_ALREADY_EXISTS":
                 raise translate_error(exc, f"model {name!r}") from None
     source = f"runs:/{run_id}/{artifact_path.strip('/')}"
-    model_id, location = _as_mlflow_model(run_id, artifact_path, name)
+    model_id, location, why_not = _as_mlflow_model(run_id, artifact_path, name)
     source = location or source
     str_tags = {str(k): str(v) for k, v in (tags or {}).items()}
+    if why_not:
+        str_tags["aifab.mlflow_model"] = f"not built: {why_not}"[:MAX_TAG_LENGTH]
     mv = client.create_model_version(name, source, run_id=run_id, tags=str_tags, model_id=model_id)
     version = _version_dict(mv)
     if model_id:
@@ -212,10 +217,13 @@ def register_model(
     return version
 
 
-def _as_mlflow_model(run_id: str, artifact_path: str, name: str) -> tuple[str | None, str | None]:
-    """Log the run's aifab model directory as an MLflow model: (LoggedModel id, location).
+def _as_mlflow_model(
+    run_id: str, artifact_path: str, name: str
+) -> tuple[str | None, str | None, str | None]:
+    """Log the run's aifab model directory as an MLflow model: (LoggedModel id, location, None).
 
-    (None, None) for any other artifact.
+    (None, None, None) for any other artifact; (None, None, why) for an aifab directory that
+    aifab itself cannot load (registered as plain files, with a warning).
 
     A directory without an aifab sidecar (e.g. a model logged by plain MLflow) is registered
     as it is.
@@ -227,8 +235,13 @@ def _as_mlflow_model(run_id: str, artifact_path: str, name: str) -> tuple[str | 
         path = artifact_path.strip("/")
         local = Path(get_client().download_artifacts(run_id, path, str(scratch)))
         if servable_builder(local) is None:
-            return None, None
-        return log_mlflow_model(run_id, local, name=name)
+            return None, None, None
+        try:
+            model_id, location = log_mlflow_model(run_id, local, name=name)
+        except InvalidInputError as exc:
+            _log.warning("model %s from run %s: no MLflow model: %s", name, run_id, exc.message)
+            return None, None, exc.message
+        return model_id, location, None
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
 

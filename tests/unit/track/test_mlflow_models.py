@@ -213,3 +213,17 @@ def test_a_model_logged_by_plain_mlflow_is_refused_at_deploy_with_the_reason(
     with pytest.raises(InvalidInputError) as err:
         load_served_model("plain-net@1")
     assert "MLflow model" in err.value.message and "pytorch" in err.value.message
+
+
+def test_an_aifab_directory_that_does_not_load_is_registered_with_the_reason(
+    churn_model: dict, tmp_path: Path
+) -> None:
+    from aifab.track import register_model, start_run
+
+    (tmp_path / "aifab-model.json").write_text('{"builder": "mlp", "config": {}}')
+    with start_run("broken-files", system_metrics=False) as run:
+        run.log_artifacts(tmp_path, "model")
+    mv = register_model(run.id, "model", "broken-files")
+    assert mv["source"] == f"runs:/{run.id}/model"
+    assert mv["tags"]["aifab.mlflow_model"].startswith("not built: ")
+    assert not get_client().get_run(run.id).outputs.model_outputs  # no FAILED LoggedModel left
