@@ -31,6 +31,5 @@ def require(module: str, feature: str) -> ModuleType:
         top = module.split(".")[0]
         extra = EXTRAS.get(top, "all")
         raise MissingExtraError(
-            f"{feature} needs {top}, which is not installed ({exc}): "
-            f"pip install 'aifab[{extra}]'"
+            f"{feature} needs {top}, which is not installed ({exc}): pip install 'aifab[{extra}]'"
         ) from None
