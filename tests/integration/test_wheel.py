@@ -32,6 +32,8 @@ def test_wheel_carries_migrations_schemas_and_extras(wheel: Path) -> None:
     with zipfile.ZipFile(wheel) as z:
         names = set(z.namelist())
         meta = z.read(next(n for n in names if n.endswith("dist-info/METADATA"))).decode()
+        entry_points = z.read(next(n for n in names if n.endswith("entry_points.txt"))).decode()
+    assert "[mlflow.dataset_source]" in entry_points  # mlflow.data.get_source finds aifab's
     assert "aifab/core/migrations/env.py" in names
     assert any(n.startswith("aifab/core/migrations/versions/0001") for n in names)
     assert {"aifab/jobs/volcano_schema/job.json", "aifab/jobs/volcano_schema/queue.json"} <= names

@@ -85,6 +85,9 @@ def _dataset_inputs(datasets: Sequence[Mapping[str, Any]]) -> list[Any]:
     """MLflow ``DatasetInput`` entities (with a context tag) for aifab dataset descriptions."""
     from mlflow.entities import Dataset, DatasetInput, InputTag
 
+    from aifab.track.dataset_source import register
+
+    register()  # MLflow readers in other processes find it through the entry point
     inputs = []
     for i, ds in enumerate(datasets):
         unknown = sorted(set(ds) - _DATASET_KEYS)

@@ -227,3 +227,19 @@ def test_an_aifab_directory_that_does_not_load_is_registered_with_the_reason(
     assert mv["source"] == f"runs:/{run.id}/model"
     assert mv["tags"]["aifab.mlflow_model"].startswith("not built: ")
     assert not get_client().get_run(run.id).outputs.model_outputs  # no FAILED LoggedModel left
+
+
+def test_mlflow_get_source_reads_the_training_dataset(churn_model: dict) -> None:
+    import mlflow.data
+
+    from aifab.track.dataset_source import register
+
+    # What the wheel's ``mlflow.dataset_source`` entry point does where aifab is installed
+    # (this venv's aifab metadata comes from another checkout; test_wheel checks the entry).
+    register()
+    inputs = get_client().get_run(churn_model["run_id"]).inputs.dataset_inputs
+    assert inputs, "the training run logged its dataset versions"
+    source = mlflow.data.get_source(inputs[0])
+    assert source.ref == inputs[0].dataset.name + "@" + source.ref.split("@")[1]
+    rows = source.load()
+    assert rows.num_rows == json.loads(inputs[0].dataset.profile)["num_rows"]
