@@ -55,4 +55,5 @@ def register() -> None:
     """Make the source known to MLflow in this process (the entry point does it elsewhere)."""
     from mlflow.data.dataset_source_registry import _dataset_source_registry
 
-    _dataset_source_registry.register(AifabDatasetSource)
+    # MLflow registers classes (as its entry points load them); its hint says instance.
+    _dataset_source_registry.register(AifabDatasetSource)  # type: ignore[arg-type]
