@@ -9,10 +9,13 @@ example.
 
 from __future__ import annotations
 
+import contextlib
 import json
+import logging
 import shutil
 import tempfile
-from collections.abc import Mapping
+import warnings
+from collections.abc import Iterator, Mapping
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
@@ -194,9 +197,10 @@ def log_mlflow_model(run_id: str, model_dir: Path, *, name: str) -> tuple[str, s
     )
     scratch = Path(tempfile.mkdtemp(prefix="mlmodel-", dir=get_workspace().tmp))
     try:
-        built = build_mlflow_model(
-            model_dir, scratch / "model", run_id=run_id, model_id=logged.model_id, loaded=loaded
-        )
+        with _quiet():
+            built = build_mlflow_model(
+                model_dir, scratch / "model", run_id=run_id, model_id=logged.model_id, loaded=loaded
+            )
         client.log_model_artifacts(logged.model_id, str(built))
     except BaseException:
         client.finalize_logged_model(logged.model_id, LoggedModelStatus.FAILED)
@@ -237,3 +241,24 @@ def link_version(model_id: str, name: str, version: int) -> None:
     linked = json.loads(client.get_logged_model(model_id).tags.get(tag) or "[]")
     linked.append({"name": name, "version": str(version)})
     client.set_logged_model_tags(model_id, {tag: json.dumps(linked)})
+
+
+@contextlib.contextmanager
+def _quiet() -> Iterator[None]:
+    """Silence MLflow's notes while saving (input validation, pickle advice, type hints).
+
+    They address MLflow users writing their own models; registering from the CLI they would
+    print over its output.
+    """
+    names = ("mlflow.pyfunc", "mlflow.pytorch", "mlflow.transformers", "mlflow.models")
+    loggers = [logging.getLogger(n) for n in names]
+    levels = [lg.level for lg in loggers]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        for lg in loggers:
+            lg.setLevel(logging.ERROR)
+        try:
+            yield
+        finally:
+            for lg, level in zip(loggers, levels, strict=True):
+                lg.setLevel(level)
