@@ -193,7 +193,7 @@ def test_mlflow_models_serve_answers_like_predict(churn_model: dict, mlflow_uri:
 
 
 def test_a_model_logged_by_plain_mlflow_is_refused_at_deploy_with_the_reason(
-    churn_model: dict, mlflow_uri: str
+    churn_model: dict, mlflow_uri: str, tmp_path: Path
 ) -> None:
     import mlflow
     import mlflow.pytorch
@@ -201,6 +201,8 @@ def test_a_model_logged_by_plain_mlflow_is_refused_at_deploy_with_the_reason(
 
     from aifab.core.errors import InvalidInputError
 
+    # MLflow's fluent API puts a new experiment's artifacts in ./mlruns unless told otherwise.
+    mlflow.create_experiment("plain-mlflow", artifact_location=str(tmp_path / "plain"))
     mlflow.set_experiment("plain-mlflow")
     with mlflow.start_run():
         info = mlflow.pytorch.log_model(
