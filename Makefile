@@ -16,13 +16,15 @@ $(PY):
 $(STAMP): pyproject.toml | $(PY)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet torch==2.13.0
-	$(PY) -m pip install --quiet -e '.[dev]'
+	$(PY) -m pip install --quiet -e '.[all,dev]'
 	touch $(STAMP)
 
 install: $(STAMP)
 
 demo: install
 	$(VENV)/bin/aifab demo
+	@echo "aifab is installed in $(VENV): run it as $(abspath $(VENV))/bin/aifab ..."
+	@echo "or activate the venv first: . $(VENV)/bin/activate && aifab --help"
 
 # pytest exits 5 when it collected no tests: that is a failure here, not a pass.
 test: install

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -20,6 +21,27 @@ def isolate_env(mp: pytest.MonkeyPatch, home: Path) -> None:
     mp.setenv("HF_HUB_OFFLINE", "1")
     for name in ("AIFAB_DB_URL", "AIFAB_TRACKING_URI", "AIFAB_CHECKPOINT_DIR", "AIFAB_DEBUG"):
         mp.delenv(name, raising=False)
+    if os.environ.get(PG_SERVER_ENV):  # team mode: tests/team runs suites on PostgreSQL
+        mp.setenv("AIFAB_DB_URL", new_pg_database(os.environ[PG_SERVER_ENV]))
+
+
+#: Set (by tests/team) to a PostgreSQL server URL: every workspace gets a fresh database there.
+PG_SERVER_ENV = "AIFAB_TEST_PG_SERVER"
+
+
+def new_pg_database(server_url: str) -> str:
+    """Create an empty database on the PostgreSQL server at ``server_url``; return its URL."""
+    import uuid
+
+    import psycopg
+    from sqlalchemy.engine import make_url
+
+    url = make_url(server_url)
+    name = f"aifab_{uuid.uuid4().hex[:12]}"
+    dsn = f"host={url.host} port={url.port} user={url.username} dbname=postgres"
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(f'CREATE DATABASE "{name}"')
+    return url.set(database=name).render_as_string(hide_password=False)
 
 
 @pytest.fixture(autouse=True)

@@ -185,8 +185,12 @@ def diff(
 @app.command("export")
 def export(
     ref: str = typer.Argument(..., help="NAME or NAME@VERSION."),
-    path: Path = typer.Argument(..., help="Output file (.parquet, .csv, .jsonl)."),
-    fmt: str | None = typer.Option(None, "--format", help="parquet, csv or jsonl."),
+    path: Path = typer.Argument(
+        ..., help="Output file (.parquet, .csv, .tsv, .json, .jsonl, .arrow, .feather)."
+    ),
+    fmt: str | None = typer.Option(
+        None, "--format", help="parquet, csv, tsv, json, jsonl, arrow or feather."
+    ),
 ) -> None:
     """Write a version to a file."""
     from aifab.data import export as export_

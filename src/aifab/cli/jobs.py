@@ -45,11 +45,11 @@ def _load_spec(file: Path, overrides: dict[str, Any]) -> Any:
     return parse_config(JobSpec, data, str(file))
 
 
-def _dry_run(spec: Any) -> None:
+def _dry_run(spec: Any, image: str | None = None) -> None:
     if spec.executor == "volcano":
         from aifab.jobs.executors.volcano import dry_run_job
 
-        sys.stdout.write(str(dry_run_job(spec)).rstrip("\n") + "\n")
+        sys.stdout.write(str(dry_run_job(spec, image=image)).rstrip("\n") + "\n")
         return
     import yaml
 
@@ -73,11 +73,15 @@ def submit_command(
         False, "--local-worker", help="With --wait: run a worker in this process meanwhile."
     ),
     as_json: bool = typer.Option(False, "--json", help=JSON_HELP),
+    image: str | None = typer.Option(
+        None,
+        help="Volcano --dry-run: the container image (default AIFAB_IMAGE; workers use theirs).",
+    ),
 ) -> None:
     """Submit a job from a YAML spec (options override the file's values)."""
     spec = _load_spec(file, {"executor": executor, "queue": queue, "priority": priority})
     if dry_run:
-        _dry_run(spec)
+        _dry_run(spec, image)
         return
     from aifab.jobs.service import submit
 

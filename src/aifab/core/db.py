@@ -1,8 +1,8 @@
 """The metadata DB: one SQLAlchemy engine per URL, sessions, and schema migration on first use.
 
 SQLite (the default) runs in WAL mode with ``BEGIN IMMEDIATE`` transactions so concurrent
-processes queue for the write lock instead of failing; any other URL (``postgresql://``) is
-used unchanged.
+processes queue for the write lock instead of failing; on PostgreSQL every transaction takes
+one advisory lock at BEGIN for the same serial order.
 """
 
 from __future__ import annotations
@@ -23,6 +23,8 @@ from aifab.core.settings import get_settings
 SCHEMA_REVISION = "0012"
 #: aifab's own Alembic version table (Optuna, sharing the DB, uses ``alembic_version``).
 VERSION_TABLE = "aifab_schema_version"
+#: PostgreSQL advisory lock every aifab transaction holds (any fixed 64-bit number).
+TXN_LOCK_KEY = 0x616966616254584E
 
 _engines: dict[str, Engine] = {}
 _ready: set[str] = set()
@@ -66,7 +68,17 @@ def _make_engine(url: str) -> Engine:
         event.listen(engine, "connect", _sqlite_pragmas)
         event.listen(engine, "begin", _sqlite_begin)
         return engine
-    return create_engine(url, pool_pre_ping=True)
+    engine = create_engine(url, pool_pre_ping=True)
+    if engine.dialect.name == "postgresql":
+        event.listen(engine, "begin", _serialize_begin)
+    return engine
+
+
+def _serialize_begin(conn: Any) -> None:
+    # aifab's invariants (one attempt per job, the audit chain, dataset versions) rest on
+    # writers taking turns, as SQLite's BEGIN IMMEDIATE makes them. On PostgreSQL every
+    # transaction takes one advisory lock, held to its commit or rollback, for the same order.
+    conn.exec_driver_sql(f"SELECT pg_advisory_xact_lock({TXN_LOCK_KEY})")
 
 
 def get_engine(url: str | None = None) -> Engine:

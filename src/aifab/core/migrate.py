@@ -4,9 +4,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from sqlalchemy import Engine
+from sqlalchemy import Engine, text
 
 MIGRATIONS_DIR = Path(__file__).with_name("migrations")
+#: PostgreSQL advisory lock id held while migrating (any fixed 64-bit number).
+_LOCK_KEY = 0x61696661625F6462
 
 
 def _config():  # type: ignore[no-untyped-def]
@@ -23,6 +25,10 @@ def upgrade(engine: Engine, revision: str = "head") -> None:
 
     cfg = _config()
     with engine.begin() as conn:
+        if conn.dialect.name == "postgresql":
+            # Processes starting together on a fresh DB would race on CREATE TABLE; the lock
+            # queues them and the later ones find the schema at head. Released at commit.
+            conn.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": _LOCK_KEY})
         cfg.attributes["connection"] = conn
         command.upgrade(cfg, revision)
 

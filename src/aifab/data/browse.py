@@ -18,7 +18,7 @@ from aifab.data.refs import parse_ref
 from aifab.data.sandbox import check_select
 from aifab.data.tables import DatasetRow, LineageEdge, VersionRow
 
-EXPORT_FORMATS = ("parquet", "csv", "jsonl")
+EXPORT_FORMATS = ("parquet", "csv", "tsv", "json", "jsonl", "arrow", "feather")
 _QUOTED = re.compile(r'"([^"]+)"')
 
 
@@ -116,27 +116,46 @@ def _profile_changes(va: VersionInfo, vb: VersionInfo, cols: list[str]) -> dict[
 
 
 def export(ref: str, path: Path, fmt: str | None = None) -> Path:
-    """Write a version to ``path`` as parquet, csv or jsonl (format from the suffix by default)."""
+    """Write a version to ``path`` (format from the suffix by default).
+
+    ``json`` is one JSON array, ``jsonl`` one object per line, ``csv``/``tsv`` have a header,
+    ``arrow``/``feather`` are an Arrow IPC file (Feather v2), ``parquet`` as in the lake.
+    """
     v = resolve(ref)
     fmt = (fmt or path.suffix.lstrip(".")).lower()
-    if fmt == "json":
-        fmt = "jsonl"
     if fmt not in EXPORT_FORMATS:
         raise InvalidInputError(
             f"cannot export to {fmt or 'a file without suffix'!r}: use one of {EXPORT_FORMATS}"
         )
     from aifab.core.atomic import atomic_path
 
-    options = {
-        "parquet": "FORMAT parquet",
-        "csv": "FORMAT csv, HEADER true",
-        "jsonl": "FORMAT json",
-    }[fmt]
+    select = f"SELECT * FROM {v.scan_sql()}"
     with atomic_path(path) as tmp:
-        lake.connect().execute(
-            f"COPY (SELECT * FROM {v.scan_sql()}) TO {lake.sql_string(str(tmp))} ({options})"
-        )
+        if fmt in ("arrow", "feather"):
+            _write_arrow(select, tmp)
+        else:
+            options = _COPY_OPTIONS[fmt]
+            lake.connect().execute(f"COPY ({select}) TO {lake.sql_string(str(tmp))} ({options})")
     return path
+
+
+_COPY_OPTIONS = {
+    "parquet": "FORMAT parquet",
+    "csv": "FORMAT csv, HEADER true",
+    "tsv": "FORMAT csv, HEADER true, DELIMITER '\t'",
+    "json": "FORMAT json, ARRAY true",
+    "jsonl": "FORMAT json",
+}
+
+
+def _write_arrow(select: str, tmp: Path) -> None:
+    """Stream the rows into an Arrow IPC file, batch by batch (never all rows in memory)."""
+    import pyarrow as pa
+
+    reader = lake.connect().sql(select).to_arrow_reader()
+    with pa.OSFile(str(tmp), "wb") as sink, pa.ipc.new_file(sink, reader.schema) as writer:
+        for batch in reader:
+            writer.write_batch(batch)
 
 
 def lineage(ref: str, depth: int = 50) -> dict[str, Any]:

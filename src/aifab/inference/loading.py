@@ -97,6 +97,8 @@ def model_sidecar(model_dir: Path) -> dict[str, Any]:
         raise InvalidInputError(f"{model_dir} is not a model directory: it does not exist")
     if (model_dir / SIDECAR).is_file():
         return read_sidecar(model_dir)
+    if (model_dir / "MLmodel").is_file():
+        raise InvalidInputError(_foreign_mlflow_model(model_dir))
     for name, builder in (
         *((f, "sentence-transformers") for f in _ST_FILES),
         ("config.json", "hf-causal-lm"),
@@ -115,6 +117,22 @@ def model_sidecar(model_dir: Path) -> dict[str, Any]:
             }
     raise InvalidInputError(
         f"{model_dir} is not a model directory: no {SIDECAR}, modules.json or config.json"
+    )
+
+
+def _foreign_mlflow_model(model_dir: Path) -> str:
+    """Why an MLflow model that aifab did not build cannot be deployed."""
+    import yaml
+
+    try:
+        meta = yaml.safe_load((model_dir / "MLmodel").read_text(encoding="utf-8")) or {}
+        flavors = ", ".join(sorted(meta.get("flavors") or {})) or "none"
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
+        flavors = f"unreadable MLmodel: {exc}"
+    return (
+        f"{model_dir} is an MLflow model (flavors: {flavors}) without an aifab model "
+        "directory: aifab serves models saved by its recipes (aifab-model.json beside the "
+        "weights); serve this one with `mlflow models serve`, or train it with an aifab recipe"
     )
 
 

@@ -69,6 +69,7 @@ def get_client(uri: str | None = None) -> MlflowClient:
                 logging.getLogger(name).setLevel(logging.WARNING)
             from mlflow import MlflowClient
 
+            _init_db_store(uri)
             client = _clients[uri] = MlflowClient(tracking_uri=uri, registry_uri=uri)
     return client
 
@@ -118,3 +119,21 @@ def flatten_params(params: Mapping[str, Any], prefix: str = "") -> dict[str, str
             text = text[: MAX_PARAM_LENGTH - len(_CUT)] + _CUT
         flat[check_name(name, "param")] = text
     return flat
+
+
+_DB_SCHEMES = ("sqlite:", "postgresql", "mysql", "mssql")
+
+
+def _init_db_store(uri: str) -> None:
+    """Create a database store's schema with the workspace's artifact root.
+
+    A fresh store makes its ``Default`` experiment with the root it is opened with; a client
+    would open it with ``./mlruns`` in the current directory.
+    """
+    if not uri.startswith(_DB_SCHEMES):
+        return
+    from mlflow.store.tracking.sqlalchemy_store import SqlAlchemyStore
+
+    root = get_workspace().artifacts / "mlflow"
+    root.mkdir(parents=True, exist_ok=True)
+    SqlAlchemyStore(uri, str(root)).engine.dispose()

@@ -6,6 +6,7 @@ A model reference is ``NAME`` (the latest version), ``NAME@3`` (a version) or ``
 
 from __future__ import annotations
 
+import logging
 import os
 import posixpath
 import re
@@ -19,8 +20,11 @@ from aifab.core.audit import audited
 from aifab.core.errors import InvalidInputError, NotFoundError
 from aifab.core.ids import digest
 from aifab.core.workspace import get_workspace
-from aifab.track.tracking import get_client, translate_error
+from aifab.track.client import MAX_TAG_LENGTH
+from aifab.track.mlflow_model import aifab_model_dir, link_version
+from aifab.track.tracking import get_client, tracking_uri, translate_error
 
+_log = logging.getLogger(__name__)
 _ALIAS_RE = re.compile(r"^[A-Za-z_][\w\-]{0,99}$")
 _VERSION_LIKE = re.compile(r"^[vV]?\d+$")
 
@@ -118,7 +122,7 @@ def resolve_model(ref: str) -> dict[str, Any]:
     try:
         if selector.isdigit():
             return _version_dict(client.get_model_version(name, selector))
-        return _version_dict(client.get_model_version_by_alias(name, selector))
+        found = _version_dict(client.get_model_version_by_alias(name, selector))
     except MlflowException:
         if selector.isdigit():
             have = ", ".join(str(v["version"]) for v in reversed(_versions(name))) or "none"
@@ -129,6 +133,25 @@ def resolve_model(ref: str) -> dict[str, Any]:
         raise NotFoundError(
             f"model {name!r} has no alias {selector!r} (aliases: {aliases})"
         ) from None
+    _note_alias(name, selector, found["version"], (rm.tags or {}).get(_ALIAS_TAG + selector))
+    return found
+
+
+#: Registered-model tag prefix: where aifab last saw each alias (``aifab.alias.champion``).
+_ALIAS_TAG = "aifab.alias."
+
+
+def _note_alias(name: str, alias: str, version: int, noted: str | None) -> None:
+    """Audit an alias that moved outside aifab (MLflow's UI or API) when first seen moved."""
+    if noted == str(version):
+        return
+    get_client().set_registered_model_tag(name, _ALIAS_TAG + alias, str(version))
+    previous = int(noted) if noted and noted.isdigit() else None
+    audited(
+        "model.alias",
+        f"model:{name}@{version}",
+        {"alias": alias, "previous": previous, "moved_in": "mlflow"},
+    )
 
 
 def _check_artifact(run_id: str, artifact_path: str) -> None:
@@ -172,15 +195,50 @@ def register_model(
             if getattr(exc, "error_code", "") != "RESOURCE_ALREADY_EXISTS":
                 raise translate_error(exc, f"model {name!r}") from None
     source = f"runs:/{run_id}/{artifact_path.strip('/')}"
+    model_id, location, why_not = _as_mlflow_model(run_id, artifact_path, name)
+    source = location or source
     str_tags = {str(k): str(v) for k, v in (tags or {}).items()}
-    mv = client.create_model_version(name, source, run_id=run_id, tags=str_tags)
+    if why_not:
+        str_tags["aifab.mlflow_model"] = f"not built: {why_not}"[:MAX_TAG_LENGTH]
+    mv = client.create_model_version(name, source, run_id=run_id, tags=str_tags, model_id=model_id)
     version = _version_dict(mv)
+    if model_id:
+        link_version(model_id, name, version["version"])
     audited(
         "model.register",
         f"model:{name}@{version['version']}",
         {"run_id": run_id, "artifact_path": artifact_path, "tags": str_tags},
     )
     return version
+
+
+def _as_mlflow_model(
+    run_id: str, artifact_path: str, name: str
+) -> tuple[str | None, str | None, str | None]:
+    """Log the run's aifab model directory as an MLflow model: (LoggedModel id, location, None).
+
+    (None, None, None) for any other artifact; (None, None, why) for an aifab directory that
+    aifab itself cannot load (registered as plain files, with a warning).
+
+    A directory without an aifab sidecar (e.g. a model logged by plain MLflow) is registered
+    as it is.
+    """
+    from aifab.track.mlflow_model import log_mlflow_model, servable_builder
+
+    scratch = Path(tempfile.mkdtemp(prefix="register-", dir=get_workspace().tmp))
+    try:
+        path = artifact_path.strip("/")
+        local = Path(get_client().download_artifacts(run_id, path, str(scratch)))
+        if servable_builder(local) is None:
+            return None, None, None
+        try:
+            model_id, location = log_mlflow_model(run_id, local, name=name)
+        except InvalidInputError as exc:
+            _log.warning("model %s from run %s: no MLflow model: %s", name, run_id, exc.message)
+            return None, None, exc.message
+        return model_id, location, None
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
 
 
 def set_alias(name: str, alias: str, version: int | str) -> dict[str, Any]:
@@ -200,6 +258,7 @@ def set_alias(name: str, alias: str, version: int | str) -> dict[str, Any]:
     target = resolve_model(f"{name}@{int(version)}")
     previous = (_registered(name).aliases or {}).get(alias)
     get_client().set_registered_model_alias(name, alias, str(target["version"]))
+    get_client().set_registered_model_tag(name, _ALIAS_TAG + alias, str(target["version"]))
     audited(
         "model.alias",
         f"model:{name}@{target['version']}",
@@ -217,12 +276,18 @@ def download_model(ref: str) -> Path:
     mv = resolve_model(ref)
     cache = get_workspace().root / "cache" / "models" / mv["name"]
     target = cache / f"v{mv['version']}-{digest(mv['source'])[:12]}"
-    if target.is_dir():
-        return target
+    if not target.is_dir():
+        _download_to(mv["source"], cache, target)
+    # An MLflow model built by register_model holds the aifab directory inside it.
+    return aifab_model_dir(target) or target
+
+
+def _download_to(source: str, cache: Path, target: Path) -> None:
+    """Download ``source`` and move it to ``target`` whole (a concurrent download may win)."""
     cache.mkdir(parents=True, exist_ok=True)
     scratch = Path(tempfile.mkdtemp(prefix="model-", dir=get_workspace().tmp))
     try:
-        fetched = _fetch(mv["source"], scratch / "dl")
+        fetched = _fetch(source, scratch / "dl")
         if fetched.is_file():  # a single-file artifact still yields a directory
             (scratch / "one").mkdir()
             fetched = Path(shutil.move(fetched, scratch / "one" / fetched.name)).parent
@@ -233,7 +298,6 @@ def download_model(ref: str) -> Path:
                 raise
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
-    return target
 
 
 def _fetch(source: str, dst: Path) -> Path:
@@ -244,7 +308,9 @@ def _fetch(source: str, dst: Path) -> Path:
         return Path(get_client().download_artifacts(run_id, path, str(dst)))
     from mlflow.artifacts import download_artifacts
 
-    return Path(download_artifacts(artifact_uri=source, dst_path=str(dst)))
+    return Path(
+        download_artifacts(artifact_uri=source, dst_path=str(dst), tracking_uri=tracking_uri())
+    )
 
 
 _EXPORT_FORMAT_RE = re.compile(r"^[a-z0-9][a-z0-9\-]{0,39}$")

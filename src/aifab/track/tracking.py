@@ -13,7 +13,11 @@ several workspaces can be used in one process. mlflow is imported inside functio
 from __future__ import annotations
 
 import json
+import os
 import re
+import secrets
+import sys
+import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -81,6 +85,9 @@ def _dataset_inputs(datasets: Sequence[Mapping[str, Any]]) -> list[Any]:
     """MLflow ``DatasetInput`` entities (with a context tag) for aifab dataset descriptions."""
     from mlflow.entities import Dataset, DatasetInput, InputTag
 
+    from aifab.track.dataset_source import register
+
+    register()  # MLflow readers in other processes find it through the entry point
     inputs = []
     for i, ds in enumerate(datasets):
         unknown = sorted(set(ds) - _DATASET_KEYS)
@@ -103,6 +110,22 @@ def _dataset_inputs(datasets: Sequence[Mapping[str, Any]]) -> list[Any]:
     return inputs
 
 
+def unique_run_name(experiment: str) -> str:
+    """``<experiment>-<utc time>-<random hex>``.
+
+    MLflow's own generated names draw on the ``random`` module, which recipes seed, so runs
+    with one seed got the same name; this draws from ``secrets``.
+    """
+    slug = re.sub(r"[^\w.\-]+", "-", experiment).strip("-.")[:40] or "run"
+    return f"{slug}-{time.strftime('%Y%m%d-%H%M%S', time.gmtime())}-{secrets.token_hex(3)}"
+
+
+def _source_name() -> str:
+    """What started the run, as MLflow's UI shows it: the command (``aifab``, a script)."""
+    argv0 = os.path.basename(sys.argv[0]) if sys.argv and sys.argv[0] else ""
+    return argv0 if argv0 and argv0 != "-c" else "aifab"
+
+
 def start_run(
     experiment: str,
     *,
@@ -116,7 +139,7 @@ def start_run(
 
     Args:
         experiment: experiment name.
-        run_name: display name; MLflow picks one when None.
+        run_name: display name; a unique one (:func:`unique_run_name`) when None.
         params: the run's config; nested mappings are flattened to ``a.b`` keys.
         tags: extra tags; code version tags (git commit and dirty flag, aifab and package
             versions) are always added.
@@ -128,10 +151,15 @@ def start_run(
     inputs = _dataset_inputs(datasets)  # validate before creating anything
     flat = flatten_params(params or {})
     exp_id = experiment_id(experiment)
-    all_tags = {"mlflow.user": current_actor(), **code_version_tags(code_version())}
+    all_tags = {
+        "mlflow.user": current_actor(),
+        "mlflow.source.type": "LOCAL",
+        "mlflow.source.name": _source_name(),
+        **code_version_tags(code_version()),
+    }
     all_tags.update({str(k): v for k, v in (tags or {}).items()})
     client = get_client()
-    mlflow_run = client.create_run(exp_id, run_name=run_name)
+    mlflow_run = client.create_run(exp_id, run_name=run_name or unique_run_name(experiment))
     run = Run(client, mlflow_run.info.run_id, system_metrics=system_metrics)
     try:
         run.set_tags(all_tags)

@@ -65,6 +65,20 @@ def test_export_formats(chain, tmp_path: Path) -> None:
         export("t", tmp_path / "t.xlsx")
 
 
+def test_export_json_is_an_array_and_tsv_arrow_feather_read_back(chain, tmp_path: Path) -> None:
+    import pyarrow.csv as pcsv
+    import pyarrow.feather as feather
+
+    want = query('SELECT * FROM "t@2"').to_pylist()
+    assert json.loads(export("t@2", tmp_path / "t.json").read_text()) == want
+    tsv = export("t@2", tmp_path / "t.tsv")
+    assert tsv.read_text().splitlines()[:2] == ["x\ty", "0\t0"]
+    table = pcsv.read_csv(tsv, parse_options=pcsv.ParseOptions(delimiter="\t"))
+    assert table.to_pylist() == want
+    for suffix in ("arrow", "feather"):
+        assert feather.read_table(export("t@2", tmp_path / f"t.{suffix}")).to_pylist() == want
+
+
 def test_lineage_walks_both_ways(chain) -> None:
     g = lineage("t@2")
     assert [n["ref"] for n in g["nodes"]] == ["t@1", "t@2", "u@1"]

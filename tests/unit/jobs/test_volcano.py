@@ -159,7 +159,7 @@ def test_queue_manifest_from_an_aifab_queue() -> None:
         (lambda m: m["spec"].update(queue="GPU_q"), "spec.queue: 'GPU_q' does not match"),
         (lambda m: m["spec"].update(minAvaliable=2), "'minAvaliable' was unexpected"),
         (lambda m: m["spec"]["tasks"][0].update(name="Master"), "spec.tasks[0].name:"),
-        (lambda m: m.update(kind="Pod"), "kind: expected 'Job' or 'Queue'"),
+        (lambda m: m.update(kind="Pod"), "kind: expected one of 'Job', 'Queue', 'PriorityClass'"),
     ],
 )
 def test_broken_job_manifest_names_the_field(mutate: Any, message: str) -> None:
@@ -184,8 +184,9 @@ def test_broken_queue_manifest_names_the_field() -> None:
 def test_dry_run_yaml_round_trips_and_rejects_bad_input(workspace: Path) -> None:
     text = dry_run_job(DDP, namespace="ml")
     assert "&id" not in text and "*id" not in text  # no YAML anchors for kubectl readers
-    assert yaml.safe_load(text) == dry_run_manifest(DDP, namespace="ml")
-    assert yaml.safe_load(text)["metadata"]["name"] == "train-ddp-dry-run-1"
+    *_, job = yaml.safe_load_all(text)
+    assert job == dry_run_manifest(DDP, namespace="ml")
+    assert job["metadata"]["name"] == "train-ddp-dry-run-1"
     assert not (workspace / "logs").exists()  # a dry run writes nothing
     with pytest.raises(InvalidInputError, match="replicas"):
         dry_run_job({**DDP, "replicas": 0})
@@ -328,3 +329,58 @@ def test_worker_runs_a_volcano_job_through_the_stand_in_api(
     manifest["status"] = {"state": {"phase": "Completed"}, "succeeded": 3}
     drive_until(worker, lambda: get_job(job["id"])["state"] == "succeeded")
     assert get_job(job["id"])["attempts"][0]["exit_codes"] == [0, 0, 0]
+
+
+def test_dry_run_prints_the_queue_and_priority_class_the_job_references(workspace: Path) -> None:
+    create_queue("gpu-q", weight=3.0)
+    docs = list(yaml.safe_load_all(dry_run_job(DDP, namespace="ml", image="reg.example/aifab:1")))
+    assert [d["kind"] for d in docs] == ["Queue", "PriorityClass", "Job"]
+    queue, pclass, job = docs
+    assert queue["metadata"]["name"] == job["spec"]["queue"] == "gpu-q"
+    assert queue["spec"]["weight"] == 3
+    assert pclass["metadata"]["name"] == job["spec"]["priorityClassName"] == "aifab-p7"
+    assert pclass["value"] == 7
+    for doc in docs:
+        validate(doc)  # each against its schema
+    low = list(yaml.safe_load_all(dry_run_job({**DDP, "priority": 0, "queue": "elsewhere"})))
+    assert [d["kind"] for d in low] == ["Queue", "Job"]  # priority 0: the cluster default
+    assert low[0]["metadata"]["name"] == "elsewhere"
+
+
+def test_priority_class_schema_rejects_what_kubernetes_would() -> None:
+    from aifab.jobs.volcano_schema.manifests import render_priority_class
+
+    good = render_priority_class(-3)
+    validate(good)
+    with pytest.raises(InvalidInputError, match="value"):
+        validate({**good, "value": 2_000_000_000})  # above the user range (1e9)
+    with pytest.raises(InvalidInputError, match="preemptionPolicy"):
+        validate({**good, "preemptionPolicy": "Sometimes"})
+
+
+def test_job_timeout_is_the_pods_active_deadline() -> None:
+    m = render({**DDP, "timeout": 90.5})
+    validate(m)
+    for task in m["spec"]["tasks"]:
+        assert task["template"]["spec"]["activeDeadlineSeconds"] == 91
+    assert "activeDeadlineSeconds" not in render(DDP)["spec"]["tasks"][0]["template"]["spec"]
+
+
+def test_recipe_job_in_a_bare_python_image_is_warned_about(workspace: Path) -> None:
+    recipe = {"name": "noop-job", "executor": "volcano", "run": {"recipe": "noop"}}
+    text = dry_run_job(recipe, image="python:3.11-slim")
+    assert text.startswith("# warning: image 'python:3.11-slim' is a bare Python image")
+    assert "--image" in text.splitlines()[0]
+    assert list(yaml.safe_load_all(text))[-1]["kind"] == "Job"  # still applies as is
+    assert not dry_run_job(recipe, image="ghcr.io/acme/aifab:0.1.0").startswith("#")
+    assert dry_run_job(recipe, image="docker.io/library/python:3.12").startswith("# warning")
+    assert not dry_run_job(DDP, image="python:3.11").startswith("#")  # a command job
+
+
+def test_cli_dry_run_takes_an_image(cli: Any, tmp_path: Path) -> None:
+    spec = tmp_path / "job.yaml"
+    spec.write_text(yaml.safe_dump({"name": "noop-job", "run": {"recipe": "noop"}}))
+    r = cli("job", "submit", spec, "--executor", "volcano", "--dry-run", "--image", "acme/aifab:2")
+    assert r.exit_code == 0, r.stderr
+    *_, job = yaml.safe_load_all(r.stdout)
+    assert job["spec"]["tasks"][0]["template"]["spec"]["containers"][0]["image"] == "acme/aifab:2"

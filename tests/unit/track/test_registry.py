@@ -133,3 +133,20 @@ def test_attach_export_logs_files_and_tags_the_version(runs: list[str], tmp_path
         attach_export("reg-e@1", tmp_path / "missing", "onnx")
     with pytest.raises(NotFoundError, match="has no version 7"):
         attach_export("reg-e@7", export, "onnx")
+
+
+def test_an_alias_moved_directly_in_mlflow_is_picked_up_and_audited(runs: list[str]) -> None:
+    register_model(runs[0], "model", "reg-ext")
+    register_model(runs[1], "model", "reg-ext")
+    set_alias("reg-ext", "champion", 1)
+    get_client().set_registered_model_alias("reg-ext", "champion", "2")  # MLflow's UI or API
+    assert resolve_model("reg-ext@champion")["version"] == 2
+    assert resolve_model("reg-ext@champion")["version"] == 2  # noted once, not per resolve
+    with session_scope() as s:
+        events = [
+            (e.action, e.object)
+            for e in reversed(list_events(s, limit=200, action="model."))
+            if e.object.startswith("model:reg-ext@")
+        ]
+    assert events[-2:] == [("model.alias", "model:reg-ext@1"), ("model.alias", "model:reg-ext@2")]
+    assert [a for a, _ in events].count("model.alias") == 2

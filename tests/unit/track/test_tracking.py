@@ -144,3 +144,25 @@ def test_run_env_and_uri(workspace: Path) -> None:
 def test_flatten_params() -> None:
     flat = flatten_params({"a": {"b": {"c": 1}, "d": None}, "e": (1, 2), "f": {}})
     assert flat == {"a.b.c": "1", "a.d": "None", "e": "[1, 2]", "f": "{}"}
+
+
+def test_default_experiment_artifacts_live_in_the_workspace(workspace: Path) -> None:
+    from aifab.track import get_client
+
+    default = get_client().get_experiment("0")
+    assert default.name == "Default"
+    assert default.artifact_location.removeprefix("file://").startswith(str(workspace))
+
+
+def test_seeded_runs_get_unique_names_and_a_source(workspace: Path) -> None:
+    import random
+
+    names = []
+    for _ in range(2):
+        random.seed(7)  # as recipes seed before starting their run
+        with start_run("t-names", system_metrics=False) as run:
+            pass
+        names.append(get_client().get_run(run.id).info.run_name)
+    assert names[0] != names[1] and all(n.startswith("t-names-") for n in names)
+    tags = get_client().get_run(run.id).data.tags
+    assert tags["mlflow.source.type"] == "LOCAL" and tags["mlflow.source.name"]

@@ -12,11 +12,14 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import time
 from collections import Counter
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
+from aifab.core.extras import require
 from aifab.jobs.executors.base import AttemptStatus, Launch, remember_done, unknown_status
 from aifab.jobs.executors.procs import kill_group
 from aifab.jobs.executors.ray_replica import ReplicaProcess
@@ -63,6 +66,22 @@ def _status(run: _Run) -> AttemptStatus:
     return AttemptStatus(len(run.results) == len(run.ranks), codes, usage)
 
 
+def runtime_env(address: str | None) -> dict[str, Any] | None:
+    """The Ray ``runtime_env`` that lets nodes without aifab at this path run its replicas.
+
+    Joining a cluster (any address), this aifab package is shipped as a ``py_modules`` entry:
+    Ray uploads it once and puts it on every actor's ``PYTHONPATH``, which the replica
+    processes inherit. Third-party packages (torch...) come from the nodes' image. A local
+    instance (no address) shares this file system and needs nothing.
+    """
+    if not address or address == "local":
+        return None
+    import aifab
+
+    package = Path(aifab.__file__).resolve().parent
+    return {"py_modules": [str(package)], "env_vars": {"PYTHONUNBUFFERED": "1"}}
+
+
 class RayExecutor:
     """Runs each attempt's replicas as Ray actors inside one placement group."""
 
@@ -95,7 +114,7 @@ class RayExecutor:
         self._actor_cls: Any = None
 
     def _ray(self) -> Any:
-        import ray
+        ray = require("ray", "the ray executor")
 
         if not ray.is_initialized():
             ray.init(
@@ -104,6 +123,7 @@ class RayExecutor:
                 num_cpus=None if self.address else self.num_cpus,
                 include_dashboard=False,
                 log_to_driver=False,
+                runtime_env=runtime_env(self.address or os.environ.get("RAY_ADDRESS")),
             )
         return ray
 

@@ -40,6 +40,7 @@ from aifab.core.errors import (
     NotFoundError,
     first_line,
 )
+from aifab.core.extras import require
 from aifab.jobs.executors.base import AttemptStatus, Launch, ReplicaLaunch
 from aifab.jobs.policy import Node
 from aifab.jobs.resources import Resources
@@ -48,6 +49,7 @@ from aifab.jobs.volcano_schema import validate
 from aifab.jobs.volcano_schema.manifests import (
     k8s_name,
     priority_class_name,
+    render_priority_class,
     render_queue,
     resource_list,
     to_yaml,
@@ -117,10 +119,10 @@ class VolcanoExecutor:
         annotations = {}
         if not launch.spec.get("preemptible", True):
             annotations["volcano.sh/preemptable"] = "false"
-        template = {
-            "metadata": {"labels": dict(labels), "annotations": annotations},
-            "spec": {"restartPolicy": "Never", "containers": [self._container(launch)]},
-        }
+        pod: dict[str, Any] = {"restartPolicy": "Never", "containers": [self._container(launch)]}
+        if launch.timeout_s:  # the pod fails at the deadline, and PodFailed aborts the Job
+            pod["activeDeadlineSeconds"] = max(1, math.ceil(launch.timeout_s))
+        template = {"metadata": {"labels": dict(labels), "annotations": annotations}, "spec": pod}
         tasks = [{"name": "master", "replicas": 1, "minAvailable": 1, "template": template}]
         if n > 1:
             worker = {"name": "worker", "replicas": n - 1, "minAvailable": gang - 1}
@@ -165,6 +167,9 @@ class VolcanoExecutor:
         """Render, validate and create the Job; return ``{namespace, name, ...}`` as the handle."""
         manifest = self.render_job(launch)
         validate(manifest)
+        recipe = bool((launch.spec.get("run") or {}).get("recipe"))
+        if warning := image_warning(self.image, recipe=recipe):
+            log.warning("job %s: %s", launch.job_id, warning)
         name, api = manifest["metadata"]["name"], self._api()
         try:
             api.create_namespaced_custom_object(GROUP, VERSION, self.namespace, PLURAL, manifest)
@@ -241,6 +246,7 @@ class VolcanoExecutor:
                 "(aifab job submit --dry-run) but submits nothing"
             )
         if self._objects is None:
+            require("kubernetes", "the Volcano executor")
             from kubernetes import client
 
             self._objects = client.CustomObjectsApi(_api_client(self.kubeconfig))
@@ -345,8 +351,46 @@ def dry_run_job(
     namespace: str = "default",
     image: str | None = None,
 ) -> str:
-    """The YAML ``aifab job submit --executor volcano --dry-run`` prints (``kubectl`` ready)."""
-    return to_yaml(dry_run_manifest(spec, namespace=namespace, image=image))
+    """The YAML ``aifab job submit --executor volcano --dry-run`` prints (``kubectl`` ready).
+
+    The stream holds what the Job references, then the Job: its Queue (the aifab queue's
+    weight and capability when it exists here), its PriorityClass (priority other than 0),
+    each validated. A recipe job in a bare Python image gets a warning comment on top.
+    """
+    job = as_config(JobSpec, spec, source="job spec")
+    manifest = dry_run_manifest(job, namespace=namespace, image=image)
+    referenced = [_queue_manifest(job.queue)]
+    if priority_class_name(job.priority) is not None:
+        referenced.append(render_priority_class(job.priority))
+    for m in referenced:
+        validate(m)
+    container = manifest["spec"]["tasks"][0]["template"]["spec"]["containers"][0]
+    warning = image_warning(str(container["image"]), recipe=job.run.recipe is not None)
+    head = f"# warning: {warning}\n" if warning else ""
+    return head + to_yaml(*referenced, manifest)
+
+
+#: Images without aifab: official Python images, by any registry path or tag.
+_BARE_PYTHON = re.compile(r"^(?:[\w.\-]+(?::\d+)?/)*(?:library/)?python(?:[:@].*)?$")
+
+
+def image_warning(image: str, *, recipe: bool) -> str | None:
+    """Why ``image`` cannot run a recipe job (a bare Python image has no aifab), or None."""
+    if not recipe or not _BARE_PYTHON.match(image):
+        return None
+    return (
+        f"image {image!r} is a bare Python image without aifab; recipe jobs run "
+        "`python -m aifab.jobs.replica` and need the aifab image (Dockerfile in the source "
+        "tree): pass --image or set AIFAB_IMAGE"
+    )
+
+
+def _queue_manifest(name: str) -> dict[str, Any]:
+    """The Volcano Queue for aifab queue ``name`` (its settings when it exists here)."""
+    from aifab.jobs.service import list_queues
+
+    known = {q["name"]: q for q in list_queues()}
+    return render_queue(known.get(name, name))
 
 
 def dry_run_queue(name: str) -> str:

@@ -14,20 +14,20 @@ from typing import Any
 
 from aifab.core.errors import InvalidInputError
 
-_KINDS = {"Job": "job", "Queue": "queue"}
+_KINDS = {"Job": "job", "Queue": "queue", "PriorityClass": "priorityclass"}
 _MAX_ERRORS = 5
 
 
 @lru_cache(maxsize=len(_KINDS))
 def load_schema(kind: str) -> dict[str, Any]:
-    """The schema for ``"Job"`` or ``"Queue"``."""
+    """The schema for ``"Job"``, ``"Queue"`` or ``"PriorityClass"``."""
     text = resources.files(__name__).joinpath(f"{_KINDS[kind]}.json").read_text(encoding="utf-8")
     schema: dict[str, Any] = json.loads(text)
     return schema
 
 
 def validate(manifest: Mapping[str, Any]) -> None:
-    """Check a Volcano Job or Queue manifest against the shipped schema.
+    """Check a Volcano Job or Queue (or a PriorityClass) manifest against the shipped schema.
 
     Raises:
         InvalidInputError: naming each bad field by path, e.g. ``spec.tasks[0].replicas``.
@@ -36,7 +36,8 @@ def validate(manifest: Mapping[str, Any]) -> None:
 
     kind = str(manifest.get("kind"))
     if kind not in _KINDS:
-        raise InvalidInputError(f"kind: expected 'Job' or 'Queue', got {manifest.get('kind')!r}")
+        expected = ", ".join(repr(k) for k in _KINDS)
+        raise InvalidInputError(f"kind: expected one of {expected}, got {manifest.get('kind')!r}")
     errors = sorted(
         Draft202012Validator(load_schema(kind)).iter_errors(manifest),
         key=lambda e: [str(p) for p in e.absolute_path],
@@ -44,7 +45,7 @@ def validate(manifest: Mapping[str, Any]) -> None:
     if errors:
         parts = [f"{field_path(list(e.absolute_path))}: {e.message}" for e in errors[:_MAX_ERRORS]]
         more = f" (and {len(errors) - _MAX_ERRORS} more)" if len(errors) > _MAX_ERRORS else ""
-        raise InvalidInputError(f"Volcano {kind} manifest: {'; '.join(parts)}{more}")
+        raise InvalidInputError(f"{kind} manifest: {'; '.join(parts)}{more}")
 
 
 def field_path(parts: list[str | int]) -> str:

@@ -1,0 +1,27 @@
+# The aifab image for Volcano and Ray jobs: `python -m aifab.jobs.replica` must import aifab.
+# Built from the wheel, not the source tree:
+#   python -m build --wheel --outdir dist .
+#   docker build -t REGISTRY/aifab:0.1.0 .
+#   aifab job submit job.yaml --executor volcano --dry-run --image REGISTRY/aifab:0.1.0
+# Workers that submit to Volcano take the image from AIFAB_IMAGE.
+FROM python:3.11-slim
+
+ENV PYTHONUNBUFFERED=1 PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1
+# The CPU build of torch first: anything that pulls torch before it pulls a multi-GB CUDA build.
+# For GPU nodes, build with --build-arg TORCH_INDEX=https://download.pytorch.org/whl/cu124
+ARG TORCH_INDEX=https://download.pytorch.org/whl/cpu
+ARG AIFAB_EXTRAS=ray,k8s,postgres
+RUN pip install --index-url "${TORCH_INDEX}" torch==2.13.0
+
+COPY dist/aifab-*.whl /tmp/wheels/
+RUN set -eu; whl="$(ls /tmp/wheels/aifab-*.whl)"; \
+    pip install "${whl}[${AIFAB_EXTRAS}]"; rm -rf /tmp/wheels
+
+# Jobs run as a non-root user; mount the shared workspace (AIFAB_HOME) at the same path as on
+# the workers so checkpoints survive attempts.
+RUN useradd --create-home --uid 1000 aifab
+USER aifab
+WORKDIR /home/aifab
+ENV AIFAB_HOME=/home/aifab/.aifab
+ENTRYPOINT []
+CMD ["aifab", "--help"]

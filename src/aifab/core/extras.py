@@ -1,0 +1,35 @@
+"""Optional dependencies: import one, or fail with the ``pip install 'aifab[extra]'`` that adds it.
+
+Cluster-only and heavy packages (ray, kubernetes, pykeen, psycopg) are extras of the wheel, so a
+laptop install stays small; the feature that needs one names the extra.
+"""
+
+from __future__ import annotations
+
+import importlib
+from types import ModuleType
+
+from aifab.core.errors import AifabError
+
+#: Module -> the aifab extra that installs it.
+EXTRAS = {"ray": "ray", "kubernetes": "k8s", "pykeen": "kg", "psycopg": "postgres"}
+
+
+class MissingExtraError(AifabError):
+    """A feature needs an optional package that is not installed."""
+
+
+def require(module: str, feature: str) -> ModuleType:
+    """Import ``module`` for ``feature``.
+
+    Raises:
+        MissingExtraError: it is not installed; the message names the extra to install.
+    """
+    try:
+        return importlib.import_module(module)
+    except ImportError as exc:
+        top = module.split(".")[0]
+        extra = EXTRAS.get(top, "all")
+        raise MissingExtraError(
+            f"{feature} needs {top}, which is not installed ({exc}): pip install 'aifab[{extra}]'"
+        ) from None

@@ -1,0 +1,43 @@
+"""Team-mode fixtures: a throwaway PostgreSQL server for the session, a fresh database per test."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+from pg import PostgresServer, find_bindir  # noqa: E402
+
+
+@pytest.fixture(scope="session")
+def pg_server() -> Iterator[PostgresServer]:
+    """A PostgreSQL 15 server from the machine's packages (skipped, with why, if there is none)."""
+    bindir, why = find_bindir()
+    if bindir is None:
+        pytest.skip(why)
+    server = PostgresServer(bindir)
+    yield server
+    server.stop()
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def db_url(
+    request: pytest.FixtureRequest, workspace: Path, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[str]:
+    """The metadata DB of the test's workspace: SQLite (default) or a fresh PostgreSQL database."""
+    from aifab.core.db import reset_engines
+
+    if request.param == "sqlite":
+        workspace.mkdir(parents=True, exist_ok=True)
+        yield f"sqlite:///{workspace / 'aifab.db'}"
+        return
+    server = request.getfixturevalue("pg_server")
+    url = server.new_database()
+    monkeypatch.setenv("AIFAB_DB_URL", url)
+    reset_engines()
+    yield url
+    reset_engines()

@@ -1,0 +1,51 @@
+"""Spine, data, jobs, registry and serving suites run again on a real PostgreSQL server.
+
+The same test files run on SQLite in the normal suite; here a pytest subprocess runs them with
+``AIFAB_TEST_PG_SERVER`` set, so every workspace gets a fresh PostgreSQL database
+(``tests/conftest.py``). Multi-process cases in them are the team-mode checks: two workers on
+one database never run a job twice; concurrent submitters, dataset committers and audit writers
+lose nothing.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+SUITES = [
+    "tests/unit/core",
+    "tests/unit/data/test_catalog.py",
+    "tests/unit/jobs/test_service.py",
+    "tests/unit/jobs/test_worker.py",
+    "tests/integration/test_worker_durability.py",
+    "tests/unit/track/test_registry.py",
+    "tests/unit/serve/test_keys.py",
+    "tests/unit/serve/test_limits.py",
+    "tests/integration/test_serve.py",
+]
+#: Cases about the SQLite file itself, not about aifab's behaviour on a database.
+SQLITE_ONLY = {
+    "tests/unit/core/test_core.py::test_init_creates_workspace_and_db": "checks aifab.db exists",
+    "tests/unit/core/test_core.py::test_sqlite_runs_in_wal_mode": "SQLite's journal mode",
+    "tests/integration/test_serve.py::test_aifab_serve_command": "a fresh AIFAB_HOME means "
+    "a fresh DB only with SQLite (with AIFAB_DB_URL the keys of other tests are there)",
+}
+
+pytestmark = [pytest.mark.slow, pytest.mark.integration]
+
+
+@pytest.mark.timeout(1500)
+def test_suites_pass_on_postgresql(pg_server: Any) -> None:
+    deselect = [arg for case in SQLITE_ONLY for arg in ("--deselect", case)]
+    env = {**os.environ, "AIFAB_TEST_PG_SERVER": pg_server.url}
+    cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *deselect, *SUITES]
+    done = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=1500)
+    summary = done.stdout.strip().splitlines()[-1] if done.stdout.strip() else ""
+    assert done.returncode == 0, done.stdout[-6000:] + done.stderr[-2000:]
+    assert " passed" in summary and "failed" not in summary, summary
