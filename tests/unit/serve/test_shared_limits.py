@@ -50,3 +50,18 @@ def test_a_full_table_reuses_the_idlest_slot(tmp_path: Path) -> None:
     assert limiter.check("one-more", 1.0) is None  # takes k0's slot (idle longest)
     assert limiter.check("k63", 1.0) is not None  # recent keys keep their bucket
     limiter.close()
+
+
+def test_remaining_reads_the_shared_bucket_like_the_local_limiter(tmp_path: Path) -> None:
+    """The x-ratelimit headers of `serve --workers` need it (it was missing: a 500 per call)."""
+    from aifab.serve.limits import RateLimiter
+
+    now = [100.0]
+    shared = SharedRateLimiter(tmp_path / "b.bin", clock=lambda: now[0])
+    local = RateLimiter(clock=lambda: now[0])
+    assert shared.remaining("key_1", 60.0) == local.remaining("key_1", 60.0) == (10, 0.0)
+    for _ in range(3):
+        shared.check("key_1", 60.0)
+        local.check("key_1", 60.0)
+    assert shared.remaining("key_1", 60.0) == local.remaining("key_1", 60.0) == (7, 3.0)
+    shared.close()
