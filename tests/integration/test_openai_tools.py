@@ -236,3 +236,44 @@ def test_n_logprobs_and_penalties(client: openai.OpenAI) -> None:
     plain_tokens = [t.token for t in plain.choices[0].logprobs.content]  # type: ignore[union-attr]
     # Penalties make repeats rarer than in the unpenalised greedy text.
     assert len(tokens) - len(set(tokens)) <= len(plain_tokens) - len(set(plain_tokens))
+
+
+def test_responses_api_text_and_function_calls(client: openai.OpenAI) -> None:
+    text = client.responses.create(model="tiny", input="how many?", max_output_tokens=8)
+    assert text.status in ("completed", "incomplete")
+    assert text.usage is not None and text.usage.output_tokens <= 8
+    assert isinstance(text.output_text, str)
+    flat_tool = {
+        "type": "function",
+        "name": "sql",
+        "parameters": SQL_TOOL["function"]["parameters"],
+    }
+    called = client.responses.create(
+        model="tiny",
+        instructions="Use the tools.",
+        input=[{"role": "user", "content": "how many?"}],
+        tools=[flat_tool],
+        tool_choice={"type": "function", "name": "sql"},
+        max_output_tokens=60,
+        temperature=0,
+    )
+    [call] = [item for item in called.output if item.type == "function_call"]
+    assert call.name == "sql" and "q" in json.loads(call.arguments)
+    follow_up = client.responses.create(
+        model="tiny",
+        input=[
+            {"role": "user", "content": "how many?"},
+            {
+                "type": "function_call",
+                "call_id": call.call_id,
+                "name": "sql",
+                "arguments": call.arguments,
+            },
+            {"type": "function_call_output", "call_id": call.call_id, "output": '{"rows": [[3]]}'},
+        ],
+        tools=[flat_tool],
+        max_output_tokens=8,
+    )
+    assert follow_up.status in ("completed", "incomplete")
+    with pytest.raises(openai.UnprocessableEntityError):
+        client.responses.create(model="tiny", input="hi", tools=[{"type": "web_search"}])

@@ -21,6 +21,7 @@ from aifab.agents.service import (
     step_dict,
 )
 from aifab.agents.spec import AgentSpec, Budgets, ModelEndpoint, ToolSpec
+from aifab.agents.tool_eval import evaluate_tool_calls
 from aifab.agents.tools import (
     BUILTIN_TOOLS,
     Tool,
@@ -50,6 +51,7 @@ __all__ = [
     "check_arguments",
     "create_agent",
     "delete_agent",
+    "evaluate_tool_calls",
     "get_agent",
     "get_trace",
     "list_agents",

@@ -155,6 +155,20 @@ def trace_command(
     sys.stdout.write(f"answer: {trace['answer'] or ''}\n")
 
 
+@agents_app.command("eval-tools")
+def eval_tools_command(
+    model: str = typer.Argument(..., help="A registered LM (NAME@VERSION).", show_default=False),
+    data: str = typer.Option(..., "--data", help="Dataset with messages and expected calls."),
+    split: str = typer.Option("test", "--split", help="Rows to score."),
+    limit: int = typer.Option(200, "--limit", help="Most rows scored."),
+    as_json: bool = typer.Option(False, "--json", help=JSON_HELP),
+) -> None:
+    """Score an LM's tool calls on held-out requests (tool name, exact arguments) vs a baseline."""
+    from aifab.agents import evaluate_tool_calls
+
+    emit(evaluate_tool_calls(model, data, split=split, limit=limit), as_json)
+
+
 def mcp_command(
     gateway: str | None = typer.Option(None, "--gateway", help=_GATEWAY_HELP),
     key_env: str = typer.Option("AIFAB_API_KEY", "--key-env", help=_KEY_HELP),

@@ -36,6 +36,7 @@ STEPS = Registry(
         "kb_build": "aifab.pipeline.rag_steps:kb_build",
         "kb_eval": "aifab.pipeline.rag_steps:kb_eval",
         "prompt_eval": "aifab.pipeline.rag_steps:prompt_eval",
+        "tool_eval": "aifab.pipeline.agent_steps:tool_eval",
     },
 )
 

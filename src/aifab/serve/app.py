@@ -28,6 +28,7 @@ _ROUTERS = (
     "aifab.serve.routes.health",
     "aifab.serve.routes.predict",
     "aifab.serve.routes.openai",
+    "aifab.serve.routes.responses",
     "aifab.serve.routes.deployments",
     "aifab.serve.routes.keys",
     "aifab.serve.routes.data",

@@ -54,6 +54,11 @@ def test_shipped_yaml_validates(path: Path) -> None:
     if path.parent.name == "jobs":
         load_config(JobSpec, path)
         return
+    if path.parent.name == "agents":
+        from aifab.agents import AgentSpec
+
+        load_config(AgentSpec, path)
+        return
     if path.name == "sweep.yaml":
         from aifab.train.hpo_spec import SweepSpec
 

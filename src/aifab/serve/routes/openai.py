@@ -25,7 +25,7 @@ from aifab.serve.openai_stream import Completion, sse_events
 
 router = APIRouter(tags=["openai"])
 
-_ERRORS: dict[int | str, dict[str, Any]] = {
+ERRORS: dict[int | str, dict[str, Any]] = {
     400: {"description": "Malformed JSON, a prompt too long for the model, or not an LM."},
     401: {"description": "No or unknown API key."},
     403: {"description": "The key's role may not invoke models."},
@@ -51,7 +51,7 @@ async def _created_times() -> dict[str, float]:
     return {r["name"]: float(r.get("created_at") or 0) for r in rows}
 
 
-@router.get("/v1/models", responses=_ERRORS)
+@router.get("/v1/models", responses=ERRORS)
 async def list_models(
     request: Request, principal: Principal = Depends(_invoke_or_read)
 ) -> dict[str, Any]:
@@ -64,7 +64,7 @@ async def list_models(
     }
 
 
-@router.get("/v1/models/{model}", responses=_ERRORS)
+@router.get("/v1/models/{model}", responses=ERRORS)
 async def get_model(
     model: str, request: Request, principal: Principal = Depends(_invoke_or_read)
 ) -> dict[str, Any]:
@@ -154,7 +154,7 @@ def _logprobs(body: ChatCompletionRequest | CompletionRequest) -> int | None:
     return None
 
 
-async def _prepared(
+async def prepare_generations(
     request: Request, body: Any, started: float, build: Any
 ) -> tuple[Any, Any, list[Any]]:
     """Pick the deployment and target, build the generation requests; record failures."""
@@ -188,7 +188,7 @@ def _usage(prompt: int, completion: int) -> dict[str, int]:
     }
 
 
-@router.post("/v1/chat/completions", responses=_ERRORS, response_model=None)
+@router.post("/v1/chat/completions", responses=ERRORS, response_model=None)
 async def chat_completions(
     body: ChatCompletionRequest,
     request: Request,
@@ -202,12 +202,12 @@ async def chat_completions(
     """
     started = time.perf_counter()
     tools = body.offered_tools
-    forced = _forced_schema(tools, body)
+    forced = forced_schema(tools, body)
 
     def build(handler: Any) -> list[Any]:
         return chat_generations(handler, body, tools, forced)
 
-    served, target, items = await _prepared(request, body, started, build)
+    served, target, items = await prepare_generations(request, body, started, build)
     done = Completion(
         kind="chat",
         id=f"chatcmpl-{uuid.uuid4().hex}",
@@ -229,7 +229,8 @@ async def chat_completions(
     return JSONResponse(done.response(choices, usage))
 
 
-def _forced_schema(tools: list[dict[str, Any]], body: ChatCompletionRequest) -> Any:
+def forced_schema(tools: list[dict[str, Any]], body: ChatCompletionRequest) -> Any:
+    """The JSON schema a forced tool call is decoded under, or None (422 for a bad choice)."""
     from aifab.inference.tool_calls import call_schema
 
     if body.tool_choice not in (None, "none", "auto") and not tools:
@@ -306,7 +307,7 @@ def _logprob(entry: dict[str, Any]) -> dict[str, Any]:
     return {**one(entry["token"], entry["logprob"]), "top_logprobs": top}
 
 
-@router.post("/v1/completions", responses=_ERRORS, response_model=None)
+@router.post("/v1/completions", responses=ERRORS, response_model=None)
 async def completions(
     body: CompletionRequest,
     request: Request,
@@ -328,7 +329,7 @@ async def completions(
             for i in range(n)
         ]
 
-    served, target, items = await _prepared(request, body, started, build)
+    served, target, items = await prepare_generations(request, body, started, build)
     done = Completion(
         kind="text",
         id=f"cmpl-{uuid.uuid4().hex}",
@@ -367,7 +368,7 @@ def _stream(
     )
 
 
-@router.post("/v1/embeddings", responses=_ERRORS)
+@router.post("/v1/embeddings", responses=ERRORS)
 async def embeddings(
     body: EmbeddingRequest,
     request: Request,
