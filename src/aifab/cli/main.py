@@ -18,6 +18,7 @@ from aifab.cli import (
     jobs,
     keys,
     models,
+    monitor,
     pipeline,
     queue,
     runs,
@@ -56,6 +57,7 @@ keys.register(app)
 serve.register(app)
 app.add_typer(data.app, name="data")
 app.add_typer(audit.app, name="audit")
+monitor.register(app)
 
 
 def main() -> None:

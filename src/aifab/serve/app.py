@@ -29,6 +29,7 @@ _ROUTERS = (
     "aifab.serve.routes.keys",
     "aifab.serve.routes.data",
     "aifab.serve.routes.requests",
+    "aifab.serve.routes.monitors",
 )
 
 
@@ -80,6 +81,7 @@ def create_app(*, reconcile_interval_s: float = 1.0, request_log_sample: float =
         lifespan=lifespan,
     )
     app.state.metrics = metrics
+    _add_ops_metrics(metrics)
     install_error_handlers(app)
     for module in _ROUTERS:
         if importlib.util.find_spec(module) is None:
@@ -87,6 +89,15 @@ def create_app(*, reconcile_interval_s: float = 1.0, request_log_sample: float =
             continue
         app.include_router(importlib.import_module(module).router)
     return app
+
+
+def _add_ops_metrics(metrics: Metrics) -> None:
+    """Export monitor results and alerts on ``/metrics`` (read from the DB at scrape time)."""
+    if importlib.util.find_spec("aifab.ops.metrics") is None:
+        return
+    from aifab.ops.metrics import OpsCollector
+
+    metrics.registry.register(OpsCollector())
 
 
 def _version() -> str:

@@ -52,6 +52,7 @@ def record(
     output: Mapping[str, Any] | None = None,
     prompt_tokens: int = 0,
     completion_tokens: int = 0,
+    request_id: str | None = None,
 ) -> None:
     """Record one answered request: metrics, tokens (and quota), sampled request log.
 
@@ -66,6 +67,7 @@ def record(
         output: request-log output (prediction, or ``{"completion_tokens": n}``).
         prompt_tokens: prompt tokens used (language models).
         completion_tokens: generated tokens (language models).
+        request_id: the id the response carries (feedback labels join on it).
     """
     latency = time.perf_counter() - started
     state = request.app.state
@@ -94,6 +96,7 @@ def record(
                 "input": dict(input) if input is not None else None,
                 "output": dict(output) if output is not None else None,
                 "tokens": tokens,
+                "request_id": request_id,
             }
         )
 
@@ -107,6 +110,7 @@ async def invoke(
     started: float | None = None,
     route: str | None = None,
     input: Mapping[str, Any] | None = None,
+    request_id: str | None = None,
 ) -> list[Any]:
     """Run ``items`` through ``target``'s batcher; record the request whatever happens.
 
@@ -118,6 +122,7 @@ async def invoke(
         started: ``time.perf_counter()`` at the route's start (default: now).
         route: label override (default: the route's path template).
         input: request-log input (default: the items, when they are records).
+        request_id: the id the response carries, logged with the request.
 
     Returns:
         One output per item, in order (not yet encoded).
@@ -151,6 +156,7 @@ async def invoke(
         output=_log_output(outputs, completion),
         prompt_tokens=prompt,
         completion_tokens=completion,
+        request_id=request_id,
     )
     return outputs
 

@@ -38,6 +38,7 @@ def test_migrations_match_the_orm_tables() -> None:
     import aifab.data.tables  # noqa: F401 - registers tables on Base
     import aifab.inference.tables  # noqa: F401
     import aifab.jobs.tables  # noqa: F401
+    import aifab.ops.tables  # noqa: F401
     import aifab.pipeline.tables  # noqa: F401
     import aifab.serve.tables  # noqa: F401
 
