@@ -29,7 +29,9 @@ class DriftSpec(StrictConfig):
         "train", description="Keep reference rows whose 'split' column has this value."
     )
     reference_rows: int = Field(200_000, ge=1, description="At most this many reference rows.")
-    prediction: bool = Field(True, description="Compare predicted classes with training labels.")
+    prediction: bool = Field(
+        True, description="Compare predicted classes with the model's on its reference rows."
+    )
 
 
 class QualitySpec(StrictConfig):

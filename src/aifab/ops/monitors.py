@@ -156,7 +156,7 @@ def _drift(
     spec: MonitorSpec, model_ref: str, columns: dict[str, list[Any]], labels: list[str]
 ) -> tuple[dict[str, float], dict[str, Any]]:
     """Data and prediction drift values and report; a missing reference is a note, not a raise."""
-    from aifab.ops.reference import describe, load_reference
+    from aifab.ops.reference import describe, load_reference, reference_predictions
 
     d = spec.drift
     try:
@@ -182,15 +182,19 @@ def _drift(
         "drifted_columns": float(len(report["drifted"])),
         "dataset_drift": float(report["dataset_drift"]),
     }
-    if d.prediction and ref.label and ref.label in ref_cols and labels:
-        pred = drift_report(
-            {"prediction": ref_cols[ref.label]},
-            {"prediction": labels},
-            DriftOptions(kinds={"prediction": "categorical"}),
-        )
-        col = pred["columns"]["prediction"]
-        report["prediction"] = col
-        values["prediction_drift"] = float(col["drift"])
+    if d.prediction and labels:
+        try:
+            baseline = reference_predictions(ref)
+        except AifabError as exc:
+            report["prediction"] = {"error": f"no prediction baseline: {exc.message}"}
+        else:
+            pred = drift_report(
+                {"prediction": baseline},
+                {"prediction": labels},
+                DriftOptions(kinds={"prediction": "categorical"}),
+            )
+            report["prediction"] = pred["columns"]["prediction"]
+            values["prediction_drift"] = float(report["prediction"]["drift"])
     return values, report
 
 

@@ -10,7 +10,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from aifab.core.errors import NotFoundError
+from aifab.core.errors import InvalidInputError, NotFoundError
 
 __all__ = ["Reference", "load_reference"]
 
@@ -83,6 +83,38 @@ def load_reference(
     except Exception as exc:  # noqa: BLE001 - lake files removed under a live catalog entry
         raise NotFoundError(f"reference {dataset} of {model} cannot be read: {exc}") from None
     return Reference(table, version.ref, label, model)
+
+
+_PREDICTIONS: dict[tuple[str, int], list[str]] = {}
+
+
+def reference_predictions(ref: Reference, limit: int = 5000) -> list[str]:
+    """What the model predicts on (up to ``limit``) reference rows: the prediction baseline.
+
+    Cached per model version and reference for the life of the process.
+
+    Raises:
+        InvalidInputError: the model cannot load, or the reference lacks its input columns.
+    """
+    key = (f"{ref.model}|{ref.dataset}", limit)
+    if key in _PREDICTIONS:
+        return _PREDICTIONS[key]
+    from aifab.inference.loading import load_served_model
+
+    handler = load_served_model(ref.model).handler
+    names = [c["name"] for c in handler.describe().get("input_columns", [])]
+    missing = [n for n in names if n not in ref.table.column_names]
+    if missing:
+        raise InvalidInputError(f"reference {ref.dataset} lacks model input {missing[0]!r}")
+    rows = ref.table.select(names).slice(0, limit).to_pylist()
+    out: list[str] = []
+    for i in range(0, len(rows), 500):
+        items = handler.decode({"records": rows[i : i + 500]})
+        for pred in handler.predict(items):
+            label = handler.encode(pred).get("label")
+            out.append(str(label))
+    _PREDICTIONS[key] = out
+    return out
 
 
 def describe(ref: Reference) -> dict[str, Any]:
