@@ -22,6 +22,7 @@ from aifab.cli import (
     pipeline,
     queue,
     runs,
+    schedule,
     serve,
     train,
     workspace,
@@ -58,6 +59,7 @@ serve.register(app)
 app.add_typer(data.app, name="data")
 app.add_typer(audit.app, name="audit")
 monitor.register(app)
+schedule.register(app)
 
 
 def main() -> None:
