@@ -21,7 +21,7 @@ from aifab.ops.schedules import (
 
 
 def _ts(*args: int) -> float:
-    return dt.datetime(*args, tzinfo=dt.timezone.utc).timestamp()
+    return dt.datetime(*args, tzinfo=dt.UTC).timestamp()
 
 
 def test_cron_next_and_missed_runs_collapse() -> None:
@@ -113,3 +113,28 @@ def test_cli(cli, tmp_path: Path) -> None:
     assert cli("schedule", "delete", "hourly").exit_code == 0
     r = cli("schedule", "runs", "hourly")
     assert r.exit_code != 0 and "no schedule 'hourly'" in r.stderr
+
+
+def test_the_worker_loop_runs_due_schedules(tmp_path: Path) -> None:
+    from aifab.core.db import session_scope
+    from aifab.jobs.worker import Worker, WorkerOptions
+    from aifab.ops.tables import ScheduleRow
+
+    create_schedule("w", "0 0 1 1 *", "job", str(_job_file(tmp_path)))
+    with session_scope() as s:
+        row = s.get(ScheduleRow, "w")
+        assert row is not None
+        row.next_at = time.time() - 1  # came due while no worker ran
+    stop = threading.Event()
+    worker = Worker(WorkerOptions(poll_s=0.05))
+    t = threading.Thread(target=worker.run, args=(stop,), daemon=True)
+    t.start()
+    try:
+        deadline = time.monotonic() + 20
+        while not schedule_runs("w") or schedule_runs("w")[0]["status"] == "running":
+            assert time.monotonic() < deadline, "the worker did not run the due schedule"
+            time.sleep(0.1)
+    finally:
+        stop.set()
+        t.join(timeout=30)
+    assert schedule_runs("w")[0]["status"] == "succeeded"
