@@ -20,6 +20,7 @@ from aifab.cli import (
     models,
     monitor,
     pipeline,
+    policy,
     queue,
     runs,
     schedule,
@@ -60,6 +61,7 @@ app.add_typer(data.app, name="data")
 app.add_typer(audit.app, name="audit")
 monitor.register(app)
 schedule.register(app)
+policy.register(app)
 
 
 def main() -> None:
