@@ -257,3 +257,130 @@ def test_cli_shows_monitors_and_alerts(env, cli) -> None:
     assert r.exit_code != 0 and "--rule and/or --monitor" in r.stderr
     r = cli("monitor", "run", "nope")
     assert r.exit_code != 0 and "no monitor 'nope'" in r.stderr
+
+
+# The closed loop, last in this module: promotion moves churn@champion for every deployment.
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+
+
+def _policy(**gate: Any) -> dict[str, Any]:
+    return {
+        "deployment": "churn",
+        "model": "churn",
+        "trigger": {"monitor": "churn-mon", "rules": ["quality", "data_drift"]},
+        "retrain": {
+            "recipe": "classify",
+            "config": str(EXAMPLES / "quickstart" / "train.yaml"),
+            "overrides": ["epochs=8"],
+        },
+        "gate": {"tolerance": 0.5, "fairness": {"sensitive": "country"}, **gate},
+        "canary": {"weight": 50, "window_s": 2, "min_requests": 5, "max_wait_s": 60},
+        "cooldown_s": 0,
+    }
+
+
+def run_policy(name: str) -> dict[str, Any]:
+    """``aifab policy run NAME`` in its own process, as an operator (or a schedule) runs it.
+
+    Training jobs launched from this test process, which also hosts the live server's threads
+    and loaded models, die with SIGSEGV before their first line; a separate process is also
+    what users run.
+    """
+    import subprocess
+    import sys
+
+    proc = subprocess.run(
+        [sys.executable, "-m", "aifab", "policy", "run", name, "--json"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert proc.returncode == 0, proc.stderr
+    out: dict[str, Any] = json.loads(proc.stdout)
+    return out
+
+
+def _served_model(c: httpx.Client) -> str:
+    r = c.post("/v1/predict/churn", json={"records": records()[:1]})
+    assert r.status_code == 200, r.text
+    return str(r.json()["model"])
+
+
+def test_gate_failure_changes_nothing_for_clients(env) -> None:
+    from aifab.ops.policies import create_policy
+    from aifab.track.registry import resolve_model
+
+    c = env["client"]
+    before = resolve_model("churn@champion")["version"]
+    served = _served_model(c)
+    create_policy("strict", _policy(latency_p99_ms=0.000001))  # no model is that fast
+    out = run_policy("strict")
+    assert out["outcome"] == "gate_failed" and "latency_p99_ms" in out["why"], out
+    steps = [s["step"] for s in out["steps"]]
+    assert steps == ["trigger", "retrain", "candidate", "gate"]
+    assert resolve_model("churn@champion")["version"] == before
+    d = c.get("/v1/deployments/churn").json()
+    assert d["canary"] is None
+    assert _served_model(c) == served
+
+
+def test_alert_retrain_gate_canary_promote(env, cli) -> None:
+    from aifab.core.audit import AuditEvent
+    from aifab.core.db import session_scope
+    from aifab.ops.policies import create_policy
+    from aifab.track.registry import resolve_model
+
+    c = env["client"]
+    before = resolve_model("churn@champion")["version"]
+    create_policy("loop", _policy())
+    r = cli("policy", "dry-run", "loop")
+    assert r.exit_code == 0 and "trigger: yes" in r.stdout and "canary at 50%" in r.stdout
+    stop = threading.Event()
+    answered: list[str] = []
+
+    def traffic() -> None:  # clients keep calling while the canary is watched
+        rows = records()
+        while not stop.is_set():
+            resp = c.post("/v1/predict/churn", json={"records": rows[:2]})
+            answered.append(resp.json().get("model", str(resp.status_code)))
+
+    t = threading.Thread(target=traffic, daemon=True)
+    t.start()
+    try:
+        out = run_policy("loop")
+    finally:
+        stop.set()
+        t.join(timeout=30)
+    assert out["outcome"] == "promoted", out
+    candidate = next(s["model"] for s in out["steps"] if s["step"] == "candidate")
+    steps = [s["step"] for s in out["steps"]]
+    assert steps == ["trigger", "retrain", "candidate", "gate", "canary", "watch", "promote"]
+    assert resolve_model("churn@champion")["version"] == int(candidate.split("@")[1]) != before
+    assert candidate in answered  # the canary really served clients
+    assert "error" not in str(answered)
+    with session_scope() as s:
+        from sqlalchemy import select
+
+        actions = set(
+            s.scalars(select(AuditEvent.action).where(AuditEvent.object == "policy:loop"))
+        )
+    assert {
+        "policy.trigger",
+        "policy.retrain",
+        "policy.gate",
+        "policy.canary",
+        "policy.promote",
+    } <= actions
+    r = cli("policy", "history", "loop")
+    assert r.exit_code == 0 and "promoted" in r.stdout and "gate" in r.stdout
+    # a second alert right away: the cool-down (now 1 h) holds the next retraining back
+    from aifab.core.db import session_scope as scope
+    from aifab.ops.tables import PolicyRow
+
+    with scope() as s:
+        row = s.get(PolicyRow, "loop")
+        assert row is not None
+        row.spec = {**row.spec, "cooldown_s": 3600}
+    again = run_policy("loop")
+    assert again["outcome"] == "skipped" and "cool-down" in again["why"]
