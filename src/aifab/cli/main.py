@@ -19,6 +19,7 @@ from aifab.cli import (
     keys,
     models,
     monitor,
+    ops,
     pipeline,
     policy,
     queue,
@@ -62,6 +63,7 @@ app.add_typer(audit.app, name="audit")
 monitor.register(app)
 schedule.register(app)
 policy.register(app)
+ops.register(app)
 
 
 def main() -> None:

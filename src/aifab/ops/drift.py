@@ -133,9 +133,13 @@ def _category_counts(values: Values) -> tuple[dict[str, int], int]:
     """Counts per category (as text) and how many values were missing."""
     if isinstance(values, pa.Array | pa.ChunkedArray):
         missing = values.null_count
-        vc = pc.value_counts(values.drop_null().cast(pa.string()))
-        cats = vc.field("values").to_pylist()
-        return dict(zip(cats, vc.field("counts").to_pylist(), strict=True)), missing
+        # Dictionary arrays are counted by code: no strings are built.
+        vc = pc.value_counts(values.drop_null())
+        cats = [str(c) for c in vc.field("values").to_pylist()]
+        counts: dict[str, int] = {}
+        for c, n in zip(cats, vc.field("counts").to_pylist(), strict=True):
+            counts[c] = counts.get(c, 0) + n  # 1 and "1" are one category as text
+        return counts, missing
     counts = Counter(str(v) for v in values if v is not None and v == v)
     return dict(counts), len(values) - sum(counts.values())
 

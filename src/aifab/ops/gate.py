@@ -14,10 +14,11 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from aifab.core.errors import InvalidInputError
-from aifab.ops.policy_spec import FairnessBound
+from aifab.core.errors import AifabError, InvalidInputError
+from aifab.ops.policy_spec import FairnessBound, GateSpec
+from aifab.ops.retrain_policy import GateResult, gate
 
-__all__ = ["measure_model"]
+__all__ = ["evaluate_gate", "measure_model"]
 
 
 def _predict_all(handler: Any, records: list[dict[str, Any]]) -> list[str]:
@@ -101,3 +102,54 @@ def measure_model(
     if latency_calls:
         out["latency_p99_ms"] = _latency_p99(handler, records, latency_calls)
     return out
+
+
+def evaluate_gate(
+    candidate: str, champion: str, spec: GateSpec
+) -> tuple[GateResult, dict[str, Any]]:
+    """Measure ``candidate`` and ``champion`` on the hold-out rows and judge the candidate.
+
+    The hold-out set is ``spec.holdout`` or the candidate's own training data, rows of split
+    ``spec.holdout_split``. A candidate that cannot load or be scored fails the gate; a champion
+    that cannot be measured leaves only the bounds to meet.
+
+    Returns:
+        The judgement and what it was based on (``holdout``, ``candidate``, ``champion``
+        measures, or ``error``).
+    """
+    from aifab.ops.reference import _training_dataset, load_reference
+
+    try:
+        dataset, label, _ = _training_dataset(candidate)
+        holdout = load_reference(
+            candidate, dataset=spec.holdout or dataset, split=spec.holdout_split
+        )
+        if not label:
+            raise InvalidInputError(f"{candidate}: its run records no label column")
+        cand = measure_model(
+            candidate,
+            holdout.table,
+            label,
+            fairness=spec.fairness,
+            latency_calls=spec.latency_calls,
+        )
+    except AifabError as exc:
+        return gate(None, {}, tolerance=spec.tolerance), {"error": exc.message}
+    try:
+        champ: dict[str, Any] | None = measure_model(champion, holdout.table, label)
+    except AifabError as exc:
+        champ = {"error": exc.message}
+    fairness = None
+    if spec.fairness is not None:
+        fairness = {
+            "demographic_parity_difference": spec.fairness.max_demographic_parity_difference,
+            "equalized_odds_difference": spec.fairness.max_equalized_odds_difference,
+        }
+    result = gate(
+        champ if champ and "error" not in champ else None,
+        cand,
+        tolerance=spec.tolerance,
+        fairness=fairness,
+        latency_p99_ms=spec.latency_p99_ms,
+    )
+    return result, {"holdout": holdout.dataset, "candidate": cand, "champion": champ}

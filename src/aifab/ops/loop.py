@@ -7,22 +7,19 @@ decisions are :mod:`aifab.ops.retrain_policy`'s pure functions.
 
 from __future__ import annotations
 
-import logging
 import time
 from typing import Any
 
 from aifab.core.audit import record_event
 from aifab.core.db import session_scope
-from aifab.core.errors import AifabError, InvalidInputError
+from aifab.core.errors import AifabError
 from aifab.core.registry import load_target
 from aifab.ops.policies import _get, last_started
 from aifab.ops.policy_spec import PolicySpec
-from aifab.ops.retrain_policy import GateResult, canary_decision, gate, may_promote, trigger
+from aifab.ops.retrain_policy import GateResult, canary_decision, may_promote, trigger
 from aifab.ops.tables import PolicyRunRow
 
 __all__ = ["dry_run", "run_policy"]
-
-log = logging.getLogger("aifab.ops.loop")
 
 
 class _Record:
@@ -147,18 +144,18 @@ def run_policy(name: str, *, force: bool = False) -> dict[str, Any]:
     if not ok and not force:
         return rec.finish("skipped", why)
     try:
-        candidate, pinned = _retrain(name, spec, rec)
+        candidate = _retrain(name, spec, rec)
     except AifabError as exc:
         return rec.finish("failed", f"retraining failed: {exc.message}")
-    result = _gate(spec, candidate, pinned, rec)
+    result = _gate(spec, candidate, rec)
     if not may_promote(result):
         failed = [c.name for c in result.checks if not c.passed]
         return rec.finish("gate_failed", f"gate failed ({', '.join(failed)}): nothing changed")
     return _canary(spec, candidate, rec)
 
 
-def _retrain(name: str, spec: PolicySpec, rec: _Record) -> tuple[str, dict[str, str]]:
-    from aifab.jobs.service import get_job, job_result, submit
+def _retrain(name: str, spec: PolicySpec, rec: _Record) -> str:
+    from aifab.jobs.service import job_result, submit
 
     config, pinned = _newest_data(dict(spec.retrain.config))  # type: ignore[arg-type]
     job = submit(_job_spec(name, spec, config))
@@ -171,10 +168,8 @@ def _retrain(name: str, spec: PolicySpec, rec: _Record) -> tuple[str, dict[str, 
     if not version:
         raise AifabError(f"job {job['id']} registered no model version")
     candidate = str(version) if "@" in str(version) else f"{spec.model}@{version}"
-    rec.step(
-        "candidate", model=candidate, run_id=result.get("run_id"), job=get_job(job["id"])["id"]
-    )
-    return candidate, pinned
+    rec.step("candidate", model=candidate, run_id=result.get("run_id"), job=job["id"])
+    return candidate
 
 
 def _wait_job(job_id: str, timeout_s: float) -> dict[str, Any]:
@@ -194,39 +189,11 @@ def _wait_job(job_id: str, timeout_s: float) -> dict[str, Any]:
     return job
 
 
-def _gate(spec: PolicySpec, candidate: str, pinned: dict[str, str], rec: _Record) -> GateResult:
-    from aifab.ops.gate import measure_model
-    from aifab.ops.reference import _training_dataset, load_reference
+def _gate(spec: PolicySpec, candidate: str, rec: _Record) -> GateResult:
+    from aifab.ops.gate import evaluate_gate
 
-    g = spec.gate
-    champion_ref = f"{spec.model}@{spec.champion_alias}"
-    try:
-        dataset, label, _ = _training_dataset(candidate)
-        holdout = load_reference(candidate, dataset=g.holdout or dataset, split=g.holdout_split)
-        if not label:
-            raise InvalidInputError(f"{candidate}: its run records no label column")
-        cand = measure_model(
-            candidate, holdout.table, label, fairness=g.fairness, latency_calls=g.latency_calls
-        )
-    except AifabError as exc:
-        result = GateResult(gate(None, {}, tolerance=g.tolerance).checks)
-        rec.step("gate", passed=False, error=exc.message, checks=result.as_dict()["checks"])
-        return result
-    try:
-        champ: dict[str, Any] | None = measure_model(champion_ref, holdout.table, label)
-    except AifabError as exc:
-        champ = None
-        log.warning("champion %s could not be measured: %s", champion_ref, exc.message)
-    fairness = None
-    if g.fairness is not None:
-        fairness = {
-            "demographic_parity_difference": g.fairness.max_demographic_parity_difference,
-            "equalized_odds_difference": g.fairness.max_equalized_odds_difference,
-        }
-    result = gate(
-        champ, cand, tolerance=g.tolerance, fairness=fairness, latency_p99_ms=g.latency_p99_ms
-    )
-    rec.step("gate", **result.as_dict(), holdout=holdout.dataset, candidate=cand, champion=champ)
+    result, basis = evaluate_gate(candidate, f"{spec.model}@{spec.champion_alias}", spec.gate)
+    rec.step("gate", **result.as_dict(), **basis)
     return result
 
 

@@ -32,6 +32,8 @@ STEPS = Registry(
         "train": "aifab.pipeline.train_steps:train",
         "register": "aifab.pipeline.train_steps:register",
         "deploy": "aifab.pipeline.serve_steps:deploy",
+        "monitor": "aifab.pipeline.ops_steps:monitor",
+        "gate": "aifab.pipeline.ops_steps:gate",
     },
 )
 
