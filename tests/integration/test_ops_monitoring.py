@@ -259,6 +259,52 @@ def test_cli_shows_monitors_and_alerts(env, cli) -> None:
     assert r.exit_code != 0 and "no monitor 'nope'" in r.stderr
 
 
+def test_exported_rules_and_dashboard_name_only_exported_metrics(env, cli, tmp_path: Path) -> None:
+    import yaml
+
+    from aifab.ops.export_rules import metric_names
+
+    r = cli("ops", "export-rules", "--out", tmp_path)
+    assert r.exit_code == 0, r.stderr
+    rules = yaml.safe_load((tmp_path / "aifab-alerts.rules.yml").read_text())
+    dash = json.loads((tmp_path / "aifab-dashboard.json").read_text())
+    for group in rules["groups"]:
+        for rule in group["rules"]:
+            assert {"alert", "expr", "for", "labels", "annotations"} <= set(rule)
+    assert all(p["targets"][0]["expr"] for p in dash["panels"])
+    text = httpx.get(env["client"].base_url.join("/metrics")).text
+    exported = {s.name for fam in text_string_to_metric_families(text) for s in fam.samples}
+    named = metric_names(rules) | metric_names(dash)
+    assert "aifab_monitor_value" in named and "aifab_request_latency_seconds_bucket" in named
+    assert named <= exported, named - exported
+
+
+def test_pipeline_steps_monitor_and_gate(env, tmp_path: Path) -> None:
+    from aifab.pipeline.runner import run_pipeline
+
+    pipe = tmp_path / "watch.yaml"
+    pipe.write_text(
+        "name: watch\n"
+        "steps:\n"
+        "  - {name: watch, uses: monitor, with: {name: shift-mon}}\n"
+        "  - name: judge\n"
+        "    uses: gate\n"
+        "    with: {candidate: churn@1, champion: churn@champion, tolerance: 0.0}\n"
+        "  - name: strict\n"
+        "    uses: gate\n"
+        "    with: {candidate: churn@1, champion: churn@champion, latency_p99_ms: 0.000001}\n"
+    )
+    result = run_pipeline(pipe)
+    by = {s.name: s for s in result.steps}
+    assert by["watch"].error is None and by["watch"].outputs["details"]["status"] == "breach"
+    assert by["judge"].error is None
+    assert by["strict"].error and "latency_p99_ms" in by["strict"].error
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("name: bad\nsteps:\n  - {name: g, uses: gate, with: {champion: churn@1}}\n")
+    result = run_pipeline(bad)
+    assert "exactly one of 'candidate' and 'from'" in (result.steps[0].error or "")
+
+
 # The closed loop, last in this module: promotion moves churn@champion for every deployment.
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
