@@ -11,7 +11,7 @@ import math
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeAlias
 
 import numpy as np
 import pyarrow as pa
@@ -22,7 +22,8 @@ from aifab.ops.drift_tests import DRIFT_TESTS, ColumnPair, Kind, auto_test
 
 __all__ = ["DriftOptions", "column_kind", "drift_report"]
 
-Values = pa.Array | pa.ChunkedArray | np.ndarray | Sequence[Any]
+#: A column: pyarrow array, numpy array or plain list.
+Values: TypeAlias = Any
 
 
 @dataclass(frozen=True)

@@ -59,7 +59,7 @@ class ColumnPair:
         if self.kind == "categorical":
             assert self.ref_counts is not None
             return len(self.ref_counts)
-        both = np.concatenate([self.ref_sorted, self.cur_sorted])  # type: ignore[list-item]
+        both = np.concatenate([self.ref_sorted, self.cur_sorted])
         return len(np.unique(both)) if len(both) < 64 else _unique_sorted_union(self)
 
     @cached_property

@@ -82,13 +82,13 @@ class MonitorSpec(StrictConfig):
     window_s: float = Field(3600.0, gt=0, description="Seconds of request log per run.")
     min_rows: int = Field(30, ge=1, description="Fewer logged rows than this: no_data.")
     features: list[str] | None = Field(None, description="Columns to compare (default: all).")
-    drift: DriftSpec = Field(default_factory=DriftSpec)  # type: ignore[arg-type]
-    quality: QualitySpec = Field(default_factory=QualitySpec)  # type: ignore[arg-type]
-    objectives: ObjectiveSpec = Field(default_factory=ObjectiveSpec)  # type: ignore[arg-type]
+    drift: DriftSpec = Field(default_factory=DriftSpec)
+    quality: QualitySpec = Field(default_factory=QualitySpec)
+    objectives: ObjectiveSpec = Field(default_factory=ObjectiveSpec)
     rules: list[RuleSpec] = Field([], description="Extra alert rules.")
     sinks: list[SinkSpec] = Field(
         [SinkSpec()],
-        description="Where alerts go (default: the log).",  # type: ignore[call-arg]
+        description="Where alerts go (default: the log).",
     )
 
     @model_validator(mode="after")

@@ -70,6 +70,6 @@ class PolicySpec(StrictConfig):
     champion_alias: str = Field("champion", description="Alias clients are served through.")
     trigger: TriggerSpec
     retrain: RetrainSpec
-    gate: GateSpec = Field(default_factory=GateSpec)  # type: ignore[arg-type]
-    canary: CanarySpec = Field(default_factory=CanarySpec)  # type: ignore[arg-type]
+    gate: GateSpec = Field(default_factory=GateSpec)
+    canary: CanarySpec = Field(default_factory=CanarySpec)
     cooldown_s: float = Field(3600.0, ge=0, description="No new retraining sooner than this.")
