@@ -272,6 +272,8 @@ def test_exported_rules_and_dashboard_name_only_exported_metrics(env, cli, tmp_p
         for rule in group["rules"]:
             assert {"alert", "expr", "for", "labels", "annotations"} <= set(rule)
     assert all(p["targets"][0]["expr"] for p in dash["panels"])
+    # a labelled counter has samples once it counted something: make one error
+    assert env["client"].post("/v1/predict/churn", json={"records": [{}]}).status_code == 422
     text = httpx.get(env["client"].base_url.join("/metrics")).text
     exported = {s.name for fam in text_string_to_metric_families(text) for s in fam.samples}
     named = metric_names(rules) | metric_names(dash)
