@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import datetime as dt
 import math
+import os
 from collections import Counter
 from collections.abc import Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, TypeAlias
 
@@ -21,6 +23,9 @@ from aifab.core.errors import InvalidInputError
 from aifab.ops.drift_tests import DRIFT_TESTS, ColumnPair, Kind, auto_test
 
 __all__ = ["DriftOptions", "column_kind", "drift_report"]
+
+#: Beyond this many values in all, columns are compared on a thread pool.
+_PARALLEL_VALUES = 2_000_000
 
 #: A column: pyarrow array, numpy array or plain list.
 Values: TypeAlias = Any
@@ -215,6 +220,7 @@ def drift_report(
     opts.check()
     wanted = list(columns) if columns is not None else [c for c in reference if c in current]
     report: dict[str, Any] = {"columns": {}, "missing_columns": [], "skipped": {}}
+    todo: list[tuple[str, Kind]] = []
     for name in wanted:
         if name not in reference or name not in current:
             side = "reference" if name not in reference else "current window"
@@ -226,7 +232,20 @@ def drift_report(
             continue
         if kind not in ("numerical", "categorical"):
             raise InvalidInputError(f"kinds.{name}: {kind!r} is not numerical, categorical or text")
-        report["columns"][name] = _column(name, kind, reference[name], current[name], opts)  # type: ignore[arg-type]
+        todo.append((name, kind))  # type: ignore[arg-type]
+
+    def one(item: tuple[str, Kind]) -> dict[str, Any]:
+        return _column(item[0], item[1], reference[item[0]], current[item[0]], opts)
+
+    big = sum(len(reference[n]) + len(current[n]) for n, _ in todo) > _PARALLEL_VALUES
+    if big and len(todo) > 1:
+        # Sorting and counting release the GIL: columns run on all cores.
+        with ThreadPoolExecutor(max_workers=min(len(todo), os.cpu_count() or 1)) as pool:
+            results = list(pool.map(one, todo))
+    else:
+        results = [one(item) for item in todo]
+    for (name, _), col in zip(todo, results, strict=True):
+        report["columns"][name] = col
     tested = [n for n, c in report["columns"].items() if c["tests"]]
     drifted = [n for n in tested if report["columns"][n]["drift"]]
     share = len(drifted) / len(tested) if tested else 0.0

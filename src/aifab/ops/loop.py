@@ -138,8 +138,8 @@ def run_policy(name: str, *, force: bool = False) -> dict[str, Any]:
     (the canary share, then the new champion); a failure anywhere changes nothing they see.
     """
     spec = _spec(name)
+    ok, why, alerts = _trigger(name, spec)  # before this run's own row joins the history
     rec = _Record(name)
-    ok, why, alerts = _trigger(name, spec)
     rec.step("trigger", fired=ok, why=why, alerts=[a["id"] for a in alerts], forced=force)
     if not ok and not force:
         return rec.finish("skipped", why)

@@ -141,3 +141,12 @@ def test_flags_agree_with_evidently_data_drift_preset() -> None:
         rep = drift_report(_arrow(ref), _arrow(cur), DriftOptions(kinds=kinds))
         ours = {c: rep["columns"][c]["drift"] for c in num + cat}
         assert ours == flags, (n, ours, flags)
+
+
+def test_parallel_columns_give_the_same_report(monkeypatch: pytest.MonkeyPatch) -> None:
+    import aifab.ops.drift as drift
+
+    ref, cur = _frames(2000, seed=9)
+    serial = drift_report(_arrow(ref), _arrow(cur))
+    monkeypatch.setattr(drift, "_PARALLEL_VALUES", 0)
+    assert drift_report(_arrow(ref), _arrow(cur)) == serial
