@@ -77,7 +77,18 @@ def main() -> None:
     t0 = time.time()
     aifab("run", str(HERE.parent / "quickstart" / "pipeline.yaml"), env=env)
     print(f"1. quickstart model churn@champion built ({time.time() - t0:.0f} s)")
-    key = aifab("keys", "create", "--role", "admin", "--name", "example", env=env, json_out=True)
+    key = aifab(
+        "keys",
+        "create",
+        "--role",
+        "admin",
+        "--name",
+        "example",
+        "--rate",
+        "none",
+        env=env,
+        json_out=True,
+    )
     server = subprocess.Popen(
         [sys.executable, "-m", "aifab", "serve", "--port", str(args.port)],
         env=env,
