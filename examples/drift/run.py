@@ -90,7 +90,9 @@ def main() -> None:
         json_out=True,
     )
     server = subprocess.Popen(
-        [sys.executable, "-m", "aifab", "serve", "--port", str(args.port)],
+        # --no-worker: the retraining job runs in the `aifab policy run` process (a job started
+        # by the worker thread of `aifab serve` died with SIGSEGV here; see the closing note).
+        [sys.executable, "-m", "aifab", "serve", "--port", str(args.port), "--no-worker"],
         env=env,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
