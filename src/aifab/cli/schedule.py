@@ -26,15 +26,17 @@ def create_command(
     pipeline: str = typer.Option(None, "--pipeline", help="A pipeline YAML to run."),
     monitor: str = typer.Option(None, "--monitor", help="A monitor to run."),
     job: str = typer.Option(None, "--job", help="A JobSpec YAML to submit."),
+    policy: str = typer.Option(None, "--policy", help="A retrain policy to evaluate."),
     as_json: bool = typer.Option(False, "--json", help=JSON_HELP),
 ) -> None:
     """Create a schedule; the worker of 'aifab serve' or 'aifab worker' runs it."""
     from aifab.core.errors import InvalidInputError
     from aifab.ops.schedules import create_schedule
 
-    given = {k: v for k, v in {"pipeline": pipeline, "monitor": monitor, "job": job}.items() if v}
+    targets = {"pipeline": pipeline, "monitor": monitor, "job": job, "policy": policy}
+    given = {k: v for k, v in targets.items() if v}
     if len(given) != 1:
-        raise InvalidInputError("give exactly one of --pipeline, --monitor, --job")
+        raise InvalidInputError("give exactly one of --pipeline, --monitor, --job, --policy")
     ((kind, target),) = given.items()
     out = create_schedule(name, cron, kind, target)
     emit(out, True) if as_json else emit([_row(out)], False, _COLUMNS)

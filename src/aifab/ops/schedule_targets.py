@@ -7,7 +7,7 @@ from typing import Any
 
 from aifab.core.registry import load_target
 
-__all__ = ["run_monitor_target", "run_pipeline_file", "submit_job_file"]
+__all__ = ["run_monitor_target", "run_pipeline_file", "run_policy_target", "submit_job_file"]
 
 
 def run_pipeline_file(path: str) -> dict[str, Any]:
@@ -34,3 +34,11 @@ def submit_job_file(path: str) -> dict[str, Any]:
 
     job = submit(Path(path))
     return {"job": job["id"]}
+
+
+def run_policy_target(name: str) -> dict[str, Any]:
+    """Evaluate retrain policy ``name``: it acts only if its alerts fire and no cool-down holds."""
+    from aifab.ops.loop import run_policy
+
+    out = run_policy(name)
+    return {"outcome": out["outcome"], "why": out["why"]}

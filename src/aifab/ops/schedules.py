@@ -45,6 +45,7 @@ TARGETS = Registry(
         "pipeline": "aifab.ops.schedule_targets:run_pipeline_file",
         "monitor": "aifab.ops.schedule_targets:run_monitor_target",
         "job": "aifab.ops.schedule_targets:submit_job_file",
+        "policy": "aifab.ops.schedule_targets:run_policy_target",
     },
 )
 LEASE_S = 60.0
@@ -67,12 +68,19 @@ def _dict(row: ScheduleRow) -> dict[str, Any]:
 
 def _check_target(kind: str, target: str) -> str:
     if kind not in TARGETS:
-        raise InvalidInputError(f"schedule target kind {kind!r}: use pipeline, monitor or job")
+        raise InvalidInputError(
+            f"schedule target kind {kind!r}: use pipeline, monitor, job or policy"
+        )
     if kind in ("pipeline", "job"):
         path = Path(target).expanduser().resolve()
         if not path.is_file():
             raise InvalidInputError(f"--{kind} {target}: no such file")
         return str(path)
+    if kind == "policy":
+        from aifab.ops.policies import get_policy
+
+        get_policy(target)  # NotFoundError names the policies there are
+        return target
     from aifab.ops.monitors import get_monitor
 
     get_monitor(target)  # NotFoundError names the monitors there are

@@ -138,3 +138,23 @@ def test_the_worker_loop_runs_due_schedules(tmp_path: Path) -> None:
         stop.set()
         t.join(timeout=30)
     assert schedule_runs("w")[0]["status"] == "succeeded"
+
+
+def test_a_policy_schedule_evaluates_the_policy() -> None:
+    from aifab.ops.policies import create_policy, policy_history
+
+    create_policy(
+        "loop",
+        {
+            "deployment": "d",
+            "model": "m",
+            "trigger": {"monitor": "mon"},
+            "retrain": {"config": {"dataset": "x"}},
+        },
+    )
+    create_schedule("eval", "*/5 * * * *", "policy", "loop")
+    out = run_due("w", now=list_schedules()[0]["next_at"] + 1)
+    assert out[0]["status"] == "succeeded" and out[0]["result"]["outcome"] == "skipped"
+    assert policy_history("loop")[0]["record"]["why"].startswith("no firing alert")
+    with pytest.raises(NotFoundError, match="no policy 'nope'"):
+        create_schedule("bad", "* * * * *", "policy", "nope")
