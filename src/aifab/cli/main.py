@@ -21,10 +21,14 @@ from aifab.cli import (
     kb,
     keys,
     models,
+    monitor,
+    ops,
     pipeline,
     prompts,
+    policy,
     queue,
     runs,
+    schedule,
     serve,
     train,
     workspace,
@@ -64,6 +68,10 @@ app.add_typer(audit.app, name="audit")
 cost.register(app)
 app.add_typer(prompts.app, name="prompts")
 app.add_typer(kb.app, name="kb")
+monitor.register(app)
+schedule.register(app)
+policy.register(app)
+ops.register(app)
 
 
 def main() -> None:

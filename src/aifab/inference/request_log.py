@@ -68,6 +68,7 @@ def _row(entry: dict[str, Any]) -> dict[str, Any]:
         "input": _json_field(entry.get("input")),
         "output": _json_field(entry.get("output")),
         "tokens": int(entry.get("tokens") or 0),
+        "request_id": entry.get("request_id"),
     }
 
 
@@ -237,6 +238,7 @@ def recent_requests(deployment: str | None = None, limit: int = 100) -> list[dic
                 "input": r.input,
                 "output": r.output,
                 "tokens": r.tokens,
+                "request_id": r.request_id,
             }
             for r in s.scalars(q)
         ]

@@ -63,3 +63,5 @@ class RequestLogRow(Base):
     #: The prediction (class, probabilities) or ``{"completion_tokens": n}``.
     output: Mapped[dict[str, Any] | None] = mapped_column(JSON)
     tokens: Mapped[int] = mapped_column(Integer, nullable=False, default=0)
+    #: The id the predict response returned (``x-request-id``): feedback labels join on it.
+    request_id: Mapped[str | None] = mapped_column(String(64), index=True)

@@ -11,6 +11,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from aifab.core.registry import Registry
 from aifab.jobs import scheduler
 from aifab.jobs.executors import Executor, get_executor
 from aifab.jobs.executors.base import AttemptStatus
@@ -19,6 +20,11 @@ from aifab.jobs.policy import Policy
 from aifab.jobs.resources import ZERO
 
 log = logging.getLogger(__name__)
+
+#: Periodic duties a worker hosts besides jobs: name -> ``"module:function(worker_id)"``.
+#: Higher layers own them (schedules live in ``aifab.ops``), so they are reached by name.
+DUTIES = Registry("worker duty", {"schedules": "aifab.ops.schedules:run_due"})
+DUTY_INTERVAL_S = 1.0
 
 
 @dataclass
@@ -73,6 +79,10 @@ class Worker:
             target=self._beat, args=(beat_stop,), daemon=True, name=f"aifab-heartbeat-{self.id}"
         )
         beat.start()
+        duties = threading.Thread(
+            target=self._duties, args=(beat_stop,), daemon=True, name=f"aifab-duties-{self.id}"
+        )
+        duties.start()
         try:
             while not stop.is_set():
                 busy = self.step()
@@ -93,6 +103,7 @@ class Worker:
                 )
             beat_stop.set()
             beat.join()
+            duties.join(timeout=5.0)
             scheduler.retire_worker(self.id)
 
     def _beat(self, stop: threading.Event) -> None:
@@ -101,6 +112,17 @@ class Worker:
                 scheduler.heartbeat(self.id, self.options.lease_s)
             except Exception:  # noqa: BLE001 - a DB hiccup must not kill the heartbeat
                 log.exception("heartbeat failed")
+
+    def _duties(self, stop: threading.Event) -> None:
+        """Run each duty (due schedules...) every second, on a thread of its own."""
+        while not stop.wait(DUTY_INTERVAL_S):
+            for name in DUTIES.names():
+                try:
+                    DUTIES.get(name)(self.id)
+                except ModuleNotFoundError:
+                    continue  # the package providing it is not installed
+                except Exception:  # noqa: BLE001 - a failing duty must not stop the worker
+                    log.exception("worker duty %s failed", name)
 
     def step(self) -> bool:
         """One iteration; True if anything started or finished."""

@@ -1,32 +1,55 @@
-"""Layer 5, operations and governance: cost ledger and budgets, fairness, explanations, cards.
+"""Layer 5, operations and governance: monitors, drift, alerts, schedules, the closed loop, the
+cost ledger and budgets, fairness, explanations and model cards.
 
-Service functions (the CLI, server and pipeline call these): ``collect``, ``cost_report``,
-``load_prices``, ``set_budget``, ``delete_budget``, ``list_budgets``, ``budget_status``,
-``fairness_report``, ``fairness_gate``, ``explain_records``, ``global_explanation``,
-``build_card``.
+Service functions (the CLI, server and pipeline call these) are exported here; those that
+import torch through a model handler are exported lazily.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from aifab.ops.alerts import alert_history, list_alerts, list_silences, silence_alerts
 from aifab.ops.budget import budget_status, delete_budget, list_budgets, set_budget
 from aifab.ops.cost import collect, cost_report
 from aifab.ops.cost_prices import load_prices
+from aifab.ops.drift import DriftOptions, drift_report
+from aifab.ops.feedback import record_feedback
+from aifab.ops.monitors import (
+    create_monitor,
+    delete_monitor,
+    get_monitor,
+    list_monitors,
+    monitor_history,
+    run_monitor,
+)
 
 __all__ = [
+    "DriftOptions",
+    "alert_history",
     "budget_status",
     "build_card",
+    "collect",
+    "cost_report",
+    "create_monitor",
+    "delete_budget",
+    "delete_monitor",
+    "drift_report",
     "explain_records",
     "fairness_gate",
     "fairness_report",
+    "get_monitor",
     "global_explanation",
-    "collect",
-    "cost_report",
-    "delete_budget",
+    "list_alerts",
     "list_budgets",
+    "list_monitors",
+    "list_silences",
     "load_prices",
+    "monitor_history",
+    "record_feedback",
+    "run_monitor",
     "set_budget",
+    "silence_alerts",
 ]
 
 if TYPE_CHECKING:

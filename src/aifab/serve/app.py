@@ -38,6 +38,7 @@ _ROUTERS = (
     "aifab.serve.routes.prompts",
     "aifab.serve.routes.kb",
     "aifab.serve.routes.agents",
+    "aifab.serve.routes.monitors",
 )
 
 
@@ -116,6 +117,7 @@ def create_app(
         lifespan=lifespan,
     )
     app.state.metrics = metrics
+    _add_ops_metrics(metrics)
     install_error_handlers(app)
     app.add_middleware(RequestGuard)
     for module in _ROUTERS:
@@ -124,6 +126,15 @@ def create_app(
             continue
         app.include_router(importlib.import_module(module).router)
     return app
+
+
+def _add_ops_metrics(metrics: Metrics) -> None:
+    """Export monitor results and alerts on ``/metrics`` (read from the DB at scrape time)."""
+    if importlib.util.find_spec("aifab.ops.metrics") is None:
+        return
+    from aifab.ops.metrics import OpsCollector
+
+    metrics.registry.register(OpsCollector())
 
 
 def _version() -> str:

@@ -77,6 +77,7 @@ def record(
     output: LogField = None,
     prompt_tokens: int = 0,
     completion_tokens: int = 0,
+    request_id: str | None = None,
 ) -> None:
     """Record one answered request: metrics, tokens (and quota), sampled request log.
 
@@ -93,6 +94,7 @@ def record(
             function making it.
         prompt_tokens: prompt tokens used (language models).
         completion_tokens: generated tokens (language models).
+        request_id: the id the response carries (feedback labels join on it).
     """
     latency = time.perf_counter() - started
     state = request.app.state
@@ -125,6 +127,7 @@ def record(
                 "input": _field(input),
                 "output": _field(output),
                 "tokens": tokens,
+                "request_id": request_id,
             }
         )
 
@@ -144,6 +147,7 @@ async def invoke(
     started: float | None = None,
     route: str | None = None,
     input: Mapping[str, Any] | None = None,
+    request_id: str | None = None,
 ) -> list[Any]:
     """Run ``items`` through ``target``'s batcher; record the request whatever happens.
 
@@ -155,6 +159,7 @@ async def invoke(
         started: ``time.perf_counter()`` at the route's start (default: now).
         route: label override (default: the route's path template).
         input: request-log input (default: the items, when they are records).
+        request_id: the id the response carries, logged with the request.
 
     Returns:
         One output per item, in order (not yet encoded).
@@ -186,6 +191,7 @@ async def invoke(
         output=lambda: _log_output(outputs, completion),
         prompt_tokens=prompt,
         completion_tokens=completion,
+        request_id=request_id,
     )
     return outputs
 

@@ -64,4 +64,13 @@ def test_shipped_yaml_validates(path: Path) -> None:
 
         load_config(SweepSpec, path)
         return
+    if path.parent.name == "drift":
+        from aifab.ops.monitor_spec import MonitorSpec
+        from aifab.ops.policies import load_policy_spec
+
+        if path.name == "monitor.yaml":
+            load_config(MonitorSpec, path)
+        else:
+            load_policy_spec(path)  # reads its retrain config too
+        return
     assert isinstance(load_yaml(path), dict)  # a spec file: checked through its pipeline

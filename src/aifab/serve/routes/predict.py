@@ -14,6 +14,7 @@ from fastapi import APIRouter, Depends, Request
 from fastapi.responses import JSONResponse, Response
 
 from aifab.core.errors import InvalidInputError
+from aifab.core.ids import new_id
 from aifab.serve.auth import Principal, require
 from aifab.serve.errors import ApiError, as_api_error
 from aifab.serve.invoke import invoke, record
@@ -57,6 +58,7 @@ _OPENAPI: dict[str, Any] = {
                         "deployment": "churn",
                         "model": "churn@3",
                         "predictions": [{"label": "yes", "probabilities": {"no": 0.2, "yes": 0.8}}],
+                        "request_id": "req_0192f1c3a4b5_9f8e7d6c",
                     }
                 }
             },
@@ -103,12 +105,15 @@ async def predict(
     except ApiError as exc:
         record(request, served.name, status=exc.status, started=started, model=target.model)
         raise
-    outputs = await invoke(request, served, target, items, started=started)
+    request_id = new_id("req")
+    outputs = await invoke(request, served, target, items, started=started, request_id=request_id)
     encode = target.handler.encode
     return JSONResponse(
         {
             "deployment": served.name,
             "model": target.model,
             "predictions": [encode(o) for o in outputs],
-        }
+            "request_id": request_id,
+        },
+        headers={"x-request-id": request_id},
     )

@@ -1,14 +1,14 @@
 """Cost and governance: team/project on keys and jobs, the cost ledger, its cursors, budgets.
 
 Revision ID: 0010
-Revises: 0008
+Revises: 0009
 """
 
 import sqlalchemy as sa
 from alembic import op
 
 revision = "0010"
-down_revision = "0008"
+down_revision = "0009"
 branch_labels = None
 depends_on = None
 

@@ -1,0 +1,39 @@
+"""The closed loop's bookkeeping without a model: triggers, cool-downs, failures, history."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from aifab.ops.alert_rules import Breach
+from aifab.ops.alerts import process_breaches
+from aifab.ops.loop import run_policy
+from aifab.ops.policies import create_policy, policy_history
+
+
+def _policy(cooldown_s: float) -> dict[str, Any]:
+    return {
+        "deployment": "churn",
+        "model": "churn",
+        "trigger": {"monitor": "m", "rules": ["data_drift"]},
+        "retrain": {"recipe": "classify", "config": {"dataset": "no_such_data", "label": "y"}},
+        "cooldown_s": cooldown_s,
+    }
+
+
+def test_first_run_is_not_held_back_by_its_own_cooldown() -> None:
+    """Regression: the run's own history row counted as 'the last retraining'."""
+    create_policy("p", _policy(cooldown_s=3600))
+    process_breaches("m", "churn", [Breach("data_drift", 1, 1, "warning", "x")], [])
+    out = run_policy("p")
+    assert out["outcome"] == "failed", out  # it tried: the dataset does not exist
+    assert "no_such_data" in out["why"]
+    again = run_policy("p")
+    assert again["outcome"] == "skipped" and "cool-down" in again["why"]
+    assert [r["outcome"] for r in policy_history("p")] == ["skipped", "failed"]
+
+
+def test_no_alert_no_retraining() -> None:
+    create_policy("q", _policy(cooldown_s=0))
+    out = run_policy("q")
+    assert out["outcome"] == "skipped" and "no firing alert" in out["why"]
+    assert [s["step"] for s in out["steps"]] == ["trigger"]
