@@ -1,7 +1,7 @@
-"""Layer 5, operations and governance: monitors, drift, alerts, schedules, the closed loop, the
-cost ledger and budgets, fairness, explanations and model cards.
+"""Layer 5, operations and governance: watching, reacting, costing and explaining.
 
-Service functions (the CLI, server and pipeline call these) are exported here; those that
+Monitors, drift, alerts, schedules, the closed loop, the cost ledger and budgets, fairness,
+explanations and model cards. Service functions (the CLI, server and pipeline call these) are exported here; those that
 import torch through a model handler are exported lazily.
 """
 
