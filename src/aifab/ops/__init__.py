@@ -1,8 +1,8 @@
 """Layer 5, operations and governance: watching, reacting, costing and explaining.
 
 Monitors, drift, alerts, schedules, the closed loop, the cost ledger and budgets, fairness,
-explanations and model cards. Service functions (the CLI, server and pipeline call these) are exported here; those that
-import torch through a model handler are exported lazily.
+explanations and model cards. Service functions (the CLI, server and pipeline call these) are
+exported here; those that import torch through a model handler are exported lazily.
 """
 
 from __future__ import annotations
