@@ -640,7 +640,7 @@ def test_workers_share_rate_limits_and_metrics(env: dict[str, Any], workspace: P
                 s.value
                 for fam in text_string_to_metric_families(text)
                 for s in fam.samples
-                if s.name == "aifab_requests_total"
+                if s.name == "aifab_deployment_requests_total"
                 and s.labels.get("deployment") == "churn"
                 and s.labels.get("status") == "200"
             )

@@ -33,6 +33,8 @@ SUITES = [
 SQLITE_ONLY = {
     "tests/unit/core/test_core.py::test_init_creates_workspace_and_db": "checks aifab.db exists",
     "tests/unit/core/test_core.py::test_sqlite_runs_in_wal_mode": "SQLite's journal mode",
+    "tests/unit/core/test_workspace_modes.py::test_workspace_and_db_are_owner_only": "the mode "
+    "of aifab.db, a file only SQLite has",
     "tests/integration/test_serve.py::test_aifab_serve_command": "a fresh AIFAB_HOME means "
     "a fresh DB only with SQLite (with AIFAB_DB_URL the keys of other tests are there)",
 }

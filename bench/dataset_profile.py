@@ -6,7 +6,7 @@ Each contender runs in its own subprocess (so peak RSS is its own) on the same P
 ``SELECT`` with a ``count(DISTINCT)`` per column) gets ``--baseline-timeout`` seconds; it did not
 finish 2,000 columns before.
 
-    .venv/bin/python bench/profile.py --columns 2000 --rows 10000
+    .venv/bin/python bench/dataset_profile.py --columns 2000 --rows 10000
 """
 
 from __future__ import annotations
