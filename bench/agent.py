@@ -1,10 +1,16 @@
-"""Agent loop overhead: a traced ``run_agent`` step vs calling the same chat endpoint directly.
+"""Agent loop overhead, and constrained JSON decoding vs free decoding.
+
+Part 1: a traced ``run_agent`` step vs calling the same chat endpoint directly.
 
 The model is a STAND-IN (a scripted OpenAI-compatible server on 127.0.0.1, started here) that
 answers instantly, so what is left is the loop's own cost per step: building the request,
 parsing tool calls, validating arguments, running the tool on a thread, writing the trace to
 the metadata DB. Baseline: the same number of chat calls through the same HTTP client. Goal:
 <= 2 ms per step beyond the model call.
+
+Part 2: tokens/s of the same small causal LM (built from the zoo, untrained, with a BPE
+tokenizer trained here on JSON-like text) generating 96 tokens freely and under a JSON-schema
+constraint (the tool-call schema), one thread, median of repeats. Goal: >= 0.8x.
 
     .venv/bin/python bench/agent.py --runs 20 --steps 5
 """
@@ -64,11 +70,68 @@ def _stand_in(steps: int) -> tuple[uvicorn.Server, str]:
     return server, f"http://127.0.0.1:{port}/v1"
 
 
+def constrained_vs_free(repeats: int = 5, tokens: int = 96) -> None:
+    """Tokens/s of free vs JSON-constrained greedy decoding with one small LM."""
+    import json
+
+    import torch
+
+    from aifab.inference.generation import (
+        GenerationParams,
+        GenerationRequest,
+        LanguageModel,
+        generate,
+    )
+    from aifab.inference.json_constraint import JsonConstraint
+    from aifab.models.tokenizer import train_bpe_tokenizer
+    from aifab.models.zoo import build_model
+
+    torch.set_num_threads(1)
+    corpus = [
+        json.dumps({"name": "sql", "arguments": {"query": f"SELECT {i} FROM t", "n": i}})
+        for i in range(500)
+    ]
+    tok = train_bpe_tokenizer(corpus, vocab_size=1024)
+    model = build_model(
+        "causal-lm", {"preset": "small", "vocab_size": len(tok), "max_position_embeddings": 512}
+    ).eval()
+    eos = frozenset({int(tok.eos_token_id)})
+    lm = LanguageModel(model, tok, 512, eos, int(tok.pad_token_id))
+    schema = {
+        "type": "object",
+        "properties": {"name": {"enum": ["sql", "predict"]}, "arguments": {"type": "object"}},
+        "required": ["name", "arguments"],
+    }
+    lm.vocabulary()  # built once per model, as a server does at the first constrained request
+
+    def rate(constrained: bool) -> float:
+        times = []
+        for _ in range(repeats):
+            params = GenerationParams(max_tokens=tokens, temperature=0.0)
+            if constrained:
+                params.constraint = JsonConstraint(schema, lm.vocabulary())
+            t0 = time.perf_counter()
+            [out] = generate(lm, [GenerationRequest("call a tool", params)])
+            times.append(out.completion_tokens / (time.perf_counter() - t0))
+        return statistics.median(times)
+
+    rate(False), rate(True)  # warm-up
+    free, bound = rate(False), rate(True)
+    print(f"free decoding                    : {free:8.1f} tokens/s (small LM, 1 thread)")
+    print(f"JSON-schema constrained decoding : {bound:8.1f} tokens/s")
+    print(f"constrained / free               : {bound / free:8.2f}x (goal >= 0.8x)")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--runs", type=int, default=20)
     parser.add_argument("--steps", type=int, default=5, help="model calls per run")
+    parser.add_argument("--only", choices=["loop", "constrained"], default=None)
     args = parser.parse_args()
+    if args.only != "loop":
+        constrained_vs_free()
+        if args.only == "constrained":
+            return
 
     os.environ["AIFAB_HOME"] = tempfile.mkdtemp(prefix="aifab-bench-agent-")
     from aifab.agents import (

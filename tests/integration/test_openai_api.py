@@ -526,3 +526,20 @@ def test_a_many_prompt_completion_does_not_block_another_key(env: dict[str, Any]
         finished.append("one")
         job.result()
     assert finished == ["one", "many"]
+
+
+def test_token_id_inputs_are_read_in_the_models_vocabulary(
+    env: dict[str, Any], client: openai.OpenAI, lm: Any, embedder: Any
+) -> None:
+    """LangChain-style token-id arrays: completions and embeddings equal their text's."""
+    ids = lm._lm.encode(PROMPT)
+    text = lm._lm.tokenizer.decode(ids)
+    by_ids = client.completions.create(model="tiny", prompt=ids, max_tokens=5, temperature=0)
+    by_text = client.completions.create(model="tiny", prompt=text, max_tokens=5, temperature=0)
+    assert by_ids.choices[0].text == by_text.choices[0].text
+    st_ids = embedder.model.tokenizer("a cat on a mat", add_special_tokens=False)["input_ids"]
+    vec_ids = client.embeddings.create(model="minilm", input=[st_ids]).data[0].embedding
+    vec_text = client.embeddings.create(model="minilm", input="a cat on a mat").data[0].embedding
+    assert max(abs(a - b) for a, b in zip(vec_ids, vec_text, strict=True)) < 1e-5
+    with pytest.raises(openai.UnprocessableEntityError, match="not in the model's vocabulary"):
+        client.completions.create(model="tiny", prompt=[10**9], max_tokens=2)

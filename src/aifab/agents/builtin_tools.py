@@ -13,7 +13,7 @@ from typing import Any, TypeVar
 from aifab.agents.tools import Tool, ToolContext, ToolError, tool_from_function
 from aifab.core.errors import AifabError, InvalidInputError
 
-__all__ = ["check_select", "predict_tool", "sql_tool"]
+__all__ = ["check_select", "kb_search_tool", "predict_tool", "sql_tool"]
 
 _T = TypeVar("_T")
 
@@ -117,6 +117,43 @@ def predict_tool(options: dict[str, Any], ctx: ToolContext) -> Tool:
     if description:
         tool = Tool(tool.name, str(description), tool.parameters, tool.fn)
     return tool
+
+
+def kb_search_tool(options: dict[str, Any], ctx: ToolContext) -> Tool:
+    """``kb_search``: search one knowledge base; the passages come back as data."""
+    kb = options.get("kb")
+    if not kb or not isinstance(kb, str):
+        raise InvalidInputError("kb_search tool: option 'kb' (a knowledge base name) is required")
+    k = int(options.get("k", 5))
+    mode = str(options.get("mode", "hybrid"))
+    chars = int(options.get("max_chars", 800))
+
+    def kb_search(query: str) -> dict[str, Any]:
+        """Search the knowledge base by meaning and keywords; returns the best passages.
+
+        Args:
+            query: what to look for, in words.
+        """
+        from aifab.rag import search
+
+        try:
+            found = search(kb, query, k=k, mode=mode)
+        except AifabError as exc:
+            raise ToolError(exc.message) from None
+        return {
+            "kb": f"{found['kb']}@{found['version']}",
+            "results": [
+                {
+                    "document": r.get("document"),
+                    "heading": r.get("heading"),
+                    "text": str(r.get("text", ""))[:chars],
+                    "score": r.get("score"),
+                }
+                for r in found["results"]
+            ],
+        }
+
+    return tool_from_function(kb_search, name=options.get("name", "kb_search"))
 
 
 def _json_or_text(resp: Any) -> Any:

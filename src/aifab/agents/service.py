@@ -67,6 +67,7 @@ def create_agent(raw: dict[str, Any]) -> dict[str, Any]:
         if tool.use not in BUILTIN_TOOLS:
             known = ", ".join(BUILTIN_TOOLS.names())
             raise InvalidInputError(f"agent spec: tools: unknown tool {tool.use!r} ({known})")
+    build_tools(spec, ToolContext())  # bad tool options are refused now, not at the first run
     data = spec.model_dump(mode="json")
     now = time.time()
     with session_scope() as s:

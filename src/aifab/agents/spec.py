@@ -34,7 +34,7 @@ class ModelEndpoint(StrictConfig):
 class ToolSpec(StrictConfig):
     """A built-in tool by name, with its options."""
 
-    use: str = Field(description="Built-in tool: sql, predict or http_get.")
+    use: str = Field(description="Built-in tool: sql, predict, http_get or kb_search.")
     options: dict[str, Any] = Field(default_factory=dict, description="The tool's options.")
 
 

@@ -75,6 +75,7 @@ BUILTIN_TOOLS = Registry(
         "sql": "aifab.agents.builtin_tools:sql_tool",
         "predict": "aifab.agents.builtin_tools:predict_tool",
         "http_get": "aifab.agents.http_tool:http_get_tool",
+        "kb_search": "aifab.agents.builtin_tools:kb_search_tool",
     },
 )
 

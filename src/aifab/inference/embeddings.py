@@ -121,6 +121,17 @@ class EmbeddingHandler:
         """A vector is already JSON-ready."""
         return output
 
+    def detokenize(self, ids: list[int]) -> str:
+        """Token ids of this model's vocabulary -> text (special tokens dropped).
+
+        Raises:
+            InvalidInputError: an id outside the vocabulary (named).
+        """
+        from aifab.inference.lm import detokenize_ids
+
+        with self._lock:
+            return detokenize_ids(self.model.tokenizer, ids, keep_special=False)
+
     def count_tokens(self, text: str) -> int:
         """Tokens the model reads for ``text`` (special tokens included, after truncation)."""
         with self._lock:

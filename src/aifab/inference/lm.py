@@ -26,6 +26,16 @@ MAX_PROMPTS = 64
 _PARAM_FIELDS = ("max_tokens", "temperature", "top_p", "top_k", "stop", "seed")
 
 
+def detokenize_ids(tokenizer: Any, ids: list[int], *, keep_special: bool) -> str:
+    """Token ids -> text with ``tokenizer`` (an id outside its vocabulary: InvalidInputError)."""
+    size = len(tokenizer)
+    bad = next((i for i in ids if not 0 <= i < size), None)
+    if bad is not None:
+        raise InvalidInputError(f"token id {bad} is not in the model's vocabulary of {size}")
+    text: str = tokenizer.decode(ids, skip_special_tokens=not keep_special)
+    return text
+
+
 def _number(name: str, value: Any, *, integer: bool = False) -> float:
     """Check a numeric parameter's type (bool is not a number here)."""
     ok = isinstance(value, int) or (not integer and isinstance(value, float))
@@ -141,6 +151,14 @@ class LMHandler:
             clean, tokenize=False, add_generation_prompt=True
         )
         return prompt
+
+    def detokenize(self, ids: list[int]) -> str:
+        """Token ids of this model's vocabulary -> text (special tokens kept as written).
+
+        Raises:
+            InvalidInputError: an id outside the vocabulary (named).
+        """
+        return detokenize_ids(self._lm.tokenizer, ids, keep_special=True)
 
     def json_constraint(self, schema: dict[str, Any]) -> Any:
         """A fresh constraint making one generation emit JSON valid for ``schema``.

@@ -255,10 +255,36 @@ class ChatCompletionRequest(_Generation):
         return self.max_completion_tokens or self.max_tokens
 
 
+#: Most token ids in one token-id input (a text is capped by characters instead).
+MAX_IDS = 32_768
+
+TokenInput = str | list[str] | list[int] | list[list[int]]
+
+
+def _split_tokens(value: TokenInput, field: str) -> tuple[list[str], list[list[int]]]:
+    """Texts and token-id lists of an input that OpenAI lets be either (checked sizes)."""
+    items: list[Any] = [value] if isinstance(value, str) else list(value)
+    if items and all(isinstance(i, int) for i in items):
+        items = [items]  # one prompt given as token ids
+    texts = [i for i in items if isinstance(i, str)]
+    ids = [i for i in items if isinstance(i, list)]
+    if texts and ids:
+        raise ValueError(f"{field}: give texts or token-id lists, not both")
+    for i, seq in enumerate(ids):
+        if not seq or len(seq) > MAX_IDS or any(t < 0 for t in seq):
+            raise ValueError(f"{field}[{i}]: 1 to {MAX_IDS} non-negative token ids")
+    check_sizes(texts, field)
+    return texts, ids
+
+
 class CompletionRequest(_Generation):
     """``POST /v1/completions`` (legacy text completions)."""
 
-    prompt: str | list[str] = Field(..., description="One prompt, or a list (not streamed).")
+    prompt: TokenInput = Field(
+        ...,
+        description="One prompt, or a list (not streamed); token ids are read in the model's "
+        "own vocabulary.",
+    )
     echo: bool | None = Field(False, description="Prepend the prompt to the completion.")
     best_of: int | None = None
     logprobs: int | None = None
@@ -266,18 +292,19 @@ class CompletionRequest(_Generation):
 
     @field_validator("prompt")
     @classmethod
-    def _prompts(cls, value: str | list[str]) -> str | list[str]:
-        if isinstance(value, list) and not 1 <= len(value) <= 64:
+    def _prompts(cls, value: TokenInput) -> TokenInput:
+        texts, ids = _split_tokens(value, "prompt")
+        if not 1 <= len(texts) + len(ids) <= 64:
             raise ValueError("give 1 to 64 prompts")
-        check_sizes([value] if isinstance(value, str) else value, "prompt")
         return value
 
     _text_unsupported = field_validator("best_of", "logprobs", "suffix")(_neutral)
 
     @property
-    def prompts(self) -> list[str]:
-        """The prompts as a list."""
-        return [self.prompt] if isinstance(self.prompt, str) else list(self.prompt)
+    def prompts(self) -> list[str | list[int]]:
+        """The prompts as a list: texts, or token-id lists."""
+        texts, ids = _split_tokens(self.prompt, "prompt")
+        return [*texts, *ids]
 
     @property
     def limit(self) -> int:
@@ -291,18 +318,22 @@ class EmbeddingRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     model: str = Field(..., min_length=1, max_length=200, description="The deployment name.")
-    input: str | list[str] = Field(..., description="A text or a list of texts.")
+    input: TokenInput = Field(
+        ...,
+        description="A text or a list of texts, or token ids in the model's own vocabulary.",
+    )
     encoding_format: Literal["float", "base64"] | None = "float"
     dimensions: int | None = Field(None, ge=1, description="Must equal the model's dimension.")
     user: str | None = None
 
     @field_validator("input")
     @classmethod
-    def _sizes(cls, value: str | list[str]) -> str | list[str]:
-        check_sizes([value] if isinstance(value, str) else value, "input")
+    def _sizes(cls, value: TokenInput) -> TokenInput:
+        _split_tokens(value, "input")
         return value
 
     @property
-    def texts(self) -> list[str]:
-        """The inputs as a list."""
-        return [self.input] if isinstance(self.input, str) else list(self.input)
+    def texts(self) -> list[str | list[int]]:
+        """The inputs as a list: texts, or token-id lists."""
+        texts, ids = _split_tokens(self.input, "input")
+        return [*texts, *ids]

@@ -222,3 +222,35 @@ def test_cli_create_run_runs_trace(
     spec.write_text("name: x\nmodel: {}\n")
     bad = cli("agents", "create", "-f", spec)
     assert bad.exit_code == 2 and "model.model" in bad.stderr
+
+
+def test_kb_search_tool_returns_passages_as_data(stand_in_llm: StandInLLM, tmp_path: Path) -> None:
+    from aifab.rag import create_kb
+
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    (docs / "keys.md").write_text(
+        "# API keys\n\nCreate a key with aifab keys create --role client.\n"
+    )
+    (docs / "lake.md").write_text("# The lake\n\nDataset versions are immutable Parquet objects.\n")
+    create_kb("handbook", str(docs))
+
+    def script(messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> dict[str, Any]:
+        result = _last_tool_content(messages)
+        if result is None:
+            return tool_call("kb_search", {"query": "how do I create an API key"})
+        return answer(json.loads(result)["results"][0]["document"])
+
+    stand_in_llm.scripts["librarian"] = script
+    create_agent(
+        {
+            "name": "librarian",
+            "model": {"model": "librarian", "base_url": stand_in_llm.base_url},
+            "tools": [{"use": "kb_search", "options": {"kb": "handbook", "k": 2, "mode": "bm25"}}],
+        }
+    )
+    run = run_agent("librarian", "keys?")
+    assert run["status"] == "completed", run["reason"]
+    assert run["answer"].endswith("keys.md")
+    with pytest.raises(InvalidInputError, match="option 'kb'"):
+        create_agent({"name": "x", "model": {"model": "m"}, "tools": [{"use": "kb_search"}]})

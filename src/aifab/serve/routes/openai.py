@@ -324,7 +324,7 @@ async def completions(
     def build(handler: Any) -> list[Any]:
         # OpenAI's order: the n choices of the first prompt, then those of the next.
         return [
-            _generation(handler, p, body, "prompt", choice=i)
+            _generation(handler, _text(handler, p), body, "prompt", choice=i)
             for p in body.prompts
             for i in range(n)
         ]
@@ -335,12 +335,13 @@ async def completions(
         id=f"cmpl-{uuid.uuid4().hex}",
         model=body.model,
         fingerprint=target.model,
-        echo=body.prompts[0] if body.echo else "",
+        echo=items[0].prompt if body.echo else "",
     )
     if body.stream:
         return _stream(request, served, target, items[0], done, body.include_usage, started)
     results = await invoke(request, served, target, items, started=started)
-    echo = [p for p in body.prompts for _ in range(n)] if body.echo else [""] * len(results)
+    texts = [i.prompt for i in items[::n]]
+    echo = [p for p in texts for _ in range(n)] if body.echo else [""] * len(results)
     choices = [
         {"text": e + r.text, "finish_reason": r.finish_reason}
         for e, r in zip(echo, results, strict=True)
@@ -388,7 +389,7 @@ async def embeddings(
                 param="dimensions",
             )
         try:
-            texts = handler.decode(body.input)
+            texts = handler.decode([_text(handler, t) for t in body.texts])
         except InvalidInputError as exc:
             raise as_api_error(exc) from None
     except ApiError as exc:
@@ -422,6 +423,17 @@ async def embeddings(
             "usage": {"prompt_tokens": tokens, "total_tokens": tokens},
         }
     )
+
+
+def _text(handler: Any, item: str | list[int]) -> str:
+    """A text input as is; token ids decoded with the model's own tokenizer (422 if unknown)."""
+    if isinstance(item, str):
+        return item
+    try:
+        text: str = handler.detokenize(item)
+    except InvalidInputError as exc:
+        raise as_api_error(exc) from None
+    return text
 
 
 def _vector(vector: list[float], encoding: str | None) -> list[float] | str:
