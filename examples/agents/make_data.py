@@ -58,7 +58,7 @@ TOOLS: list[dict[str, Any]] = [
 ]
 COUNTRIES = ["US", "GB", "DE", "FR", "ES", "BR", "JP", "IN", "CA", "AU"]
 PLANS = ["basic", "pro", "enterprise"]
-TABLE = "customers_valid"
+TABLE = "customers"
 
 
 def _sql(rng: random.Random) -> tuple[str, dict[str, Any], str]:

@@ -131,3 +131,33 @@ def test_predict_tool_streams_steps(env: dict[str, Any], stand_in: StandInLLM) -
     assert steps[1]["output"]["predictions"] == direct["predictions"]
     assert run["status"] == "completed"
     assert json.loads(run["answer"])["predictions"] == direct["predictions"]
+
+
+def test_local_model_and_in_process_predict_need_no_server(
+    env: dict[str, Any], stand_in: StandInLLM
+) -> None:
+    """`local: true` runs the aifab LM here; with no gateway, predict runs the deployment here."""
+    from aifab.agents import create_agent, get_trace, run_agent
+
+    create_agent({"name": "here", "model": {"model": "tiny-lm@1", "local": True, "max_tokens": 8}})
+    run = run_agent("here", "the cat sat")
+    assert run["status"] == "completed" and run["tokens"] > 0
+    records = _records(1)
+    stand_in.scripts["here-predict"] = lambda m, t: (
+        tool_call("predict", {"records": records})
+        if not [x for x in m if x["role"] == "tool"]
+        else answer("done")
+    )
+    create_agent(
+        {
+            "name": "here-predict",
+            "model": {"model": "here-predict", "base_url": stand_in.base_url},
+            "tools": [{"use": "predict", "options": {"deployment": "churn"}}],
+        }
+    )
+    run = run_agent("here-predict", "will they churn?")
+    tool = get_trace(run["id"])["trace"][1]
+    direct = httpx.post(
+        f"{env['url']}/v1/predict/churn", json={"records": records}, headers=_h(env, "client")
+    ).json()
+    assert tool["error"] is None and tool["output"]["predictions"] == direct["predictions"]

@@ -80,7 +80,7 @@ def test_client_gets_predict_only(workspace: Path) -> None:
         )
     )
     assert tools == ["predict"]
-    assert result.is_error and "needs a gateway" in result.content[0].text
+    assert result.is_error and "deployment churn" in result.content[0].text  # none here
 
 
 def test_bad_or_revoked_key_is_one_line(workspace: Path) -> None:

@@ -90,16 +90,18 @@ def predict_tool(options: dict[str, Any], ctx: ToolContext) -> Tool:
     timeout_s = float(options.get("timeout_s", 10.0))
     max_records = int(options.get("max_records", 100))
 
+    local: list[Any] = []  # the deployment's model, loaded on first use when there is no gateway
+
     def predict(records: list[dict[str, Any]]) -> dict[str, Any]:
         """Predict with the deployed model: one prediction per record.
 
         Args:
             records: input rows as objects of feature name to value.
         """
-        if ctx.gateway_url is None:
-            raise ToolError("predict needs a gateway: run the agent through `aifab serve`")
         if len(records) > max_records:
             raise ToolError(f"at most {max_records} records per call, got {len(records)}")
+        if ctx.gateway_url is None:
+            return _predict_here(deployment, records, local)
         headers = {"Authorization": f"Bearer {ctx.api_key}"} if ctx.api_key else {}
         url = f"{ctx.gateway_url.rstrip('/')}/v1/predict/{deployment}"
         try:
@@ -154,6 +156,26 @@ def kb_search_tool(options: dict[str, Any], ctx: ToolContext) -> Tool:
         }
 
     return tool_from_function(kb_search, name=options.get("name", "kb_search"))
+
+
+def _predict_here(
+    deployment: str, records: list[dict[str, Any]], cache: list[Any]
+) -> dict[str, Any]:
+    """The deployment's model run in this process (no gateway: a CLI run or a pipeline step)."""
+    if not cache:
+        from aifab.inference.deployments import get_deployment
+        from aifab.inference.loading import load_served_model
+
+        try:
+            cache.append(load_served_model(get_deployment(deployment)["model"]))
+        except AifabError as exc:
+            raise ToolError(f"deployment {deployment}: {exc.message}") from None
+    loaded = cache[0]
+    try:
+        outputs = loaded.handler.predict(loaded.handler.decode({"records": records}))
+    except AifabError as exc:
+        raise ToolError(f"deployment {deployment}: {exc.message}") from None
+    return {"model": loaded.ref, "predictions": [loaded.handler.encode(o) for o in outputs]}
 
 
 def _json_or_text(resp: Any) -> Any:

@@ -121,6 +121,10 @@ def build_tools(spec: AgentSpec, ctx: ToolContext) -> dict[str, Tool]:
 
 def _model_for(spec: AgentSpec, ctx: ToolContext) -> ChatModel:
     endpoint = spec.model
+    if endpoint.local:
+        from aifab.agents.local_chat import LocalChat
+
+        return LocalChat(endpoint.model, endpoint.temperature)
     if endpoint.base_url:
         key = os.environ.get(endpoint.api_key_env) if endpoint.api_key_env else None
         if endpoint.api_key_env and key is None:
@@ -133,6 +137,19 @@ def _model_for(spec: AgentSpec, ctx: ToolContext) -> ChatModel:
         )
     base = ctx.gateway_url.rstrip("/") + "/v1"
     return OpenAIChat(base, endpoint.model, ctx.api_key, endpoint.temperature)
+
+
+def _instructions(spec: AgentSpec, user_input: str) -> str:
+    """The system message: the registered prompt rendered, or the spec's instructions."""
+    if spec.prompt is None:
+        return spec.instructions
+    from aifab.prompts import get_prompt, render_prompt
+
+    declared = set(get_prompt(spec.prompt)["variables"])
+    text: str = render_prompt(spec.prompt, {"input": user_input} if "input" in declared else {})[
+        "text"
+    ]
+    return text
 
 
 def _bounded(value: Any) -> Any:
@@ -222,10 +239,11 @@ def run_agent(
         if on_step is not None:
             on_step({"run_id": run_id, **step_dict(step)})
 
-    messages = [
-        {"role": "system", "content": spec.instructions},
-        {"role": "user", "content": user_input},
-    ]
+    system = _instructions(spec, user_input)
+    # Empty instructions send no system turn (a model tuned on the tools prompt alone sees
+    # exactly the conversations it learned from).
+    messages = [{"role": "system", "content": system}] if system else []
+    messages.append({"role": "user", "content": user_input})
     result = run_loop(
         chat,
         tools,

@@ -17,7 +17,13 @@ _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,99}")
 class ModelEndpoint(StrictConfig):
     """Where the agent's chat model answers: an aifab deployment or any OpenAI-compatible API."""
 
-    model: str = Field(description="Model (deployment) name sent as the request's `model`.")
+    model: str = Field(
+        description="Deployment name sent as the request's `model`; with `local: true`, a "
+        "registered LM (NAME, NAME@VERSION or NAME@ALIAS) run in this process."
+    )
+    local: bool = Field(
+        False, description="Run the registered model in-process: no server or endpoint needed."
+    )
     base_url: str | None = Field(
         None,
         description="OpenAI-compatible base URL ending in /v1; default: the aifab gateway "
@@ -59,7 +65,12 @@ class AgentSpec(StrictConfig):
     model: ModelEndpoint = Field(description="The chat model the agent thinks with.")
     instructions: str = Field(
         "You are a helpful assistant. Use the tools when they help; answer briefly.",
-        description="The system message.",
+        description="The system message (unless `prompt` is given).",
+    )
+    prompt: str | None = Field(
+        None,
+        description="A registered prompt (NAME@ALIAS or NAME@VERSION) rendered as the system "
+        "message; it may declare the variable `input` (the user's message).",
     )
     tools: list[ToolSpec] = Field(default_factory=list, description="Built-in tools it may call.")
     budgets: Budgets = Field(default_factory=Budgets, description="Per-run limits.")

@@ -37,6 +37,7 @@ STEPS = Registry(
         "kb_eval": "aifab.pipeline.rag_steps:kb_eval",
         "prompt_eval": "aifab.pipeline.rag_steps:prompt_eval",
         "tool_eval": "aifab.pipeline.agent_steps:tool_eval",
+        "agent": "aifab.pipeline.agent_steps:agent",
         "monitor": "aifab.pipeline.ops_steps:monitor",
         "gate": "aifab.pipeline.ops_steps:gate",
     },

@@ -254,3 +254,52 @@ def test_kb_search_tool_returns_passages_as_data(stand_in_llm: StandInLLM, tmp_p
     assert run["answer"].endswith("keys.md")
     with pytest.raises(InvalidInputError, match="option 'kb'"):
         create_agent({"name": "x", "model": {"model": "m"}, "tools": [{"use": "kb_search"}]})
+
+
+def test_registered_prompt_is_the_system_message(stand_in_llm: StandInLLM) -> None:
+    from aifab.prompts import create_prompt
+
+    create_prompt(
+        "analyst-rules", "Answer in French. The question was: {{ input }}", variables=["input"]
+    )
+    stand_in_llm.scripts["prompted"] = lambda m, t: answer(m[0]["content"])
+    create_agent(
+        {
+            "name": "prompted",
+            "model": {"model": "prompted", "base_url": stand_in_llm.base_url},
+            "prompt": "analyst-rules@1",
+        }
+    )
+    run = run_agent("prompted", "combien?")
+    assert run["answer"] == "Answer in French. The question was: combien?"
+    create_agent(
+        {
+            "name": "bare",
+            "model": {"model": "prompted", "base_url": stand_in_llm.base_url},
+            "instructions": "",
+        }
+    )
+    stand_in_llm.scripts["prompted"] = lambda m, t: answer(",".join(x["role"] for x in m))
+    assert run_agent("bare", "hi")["answer"] == "user"  # no empty system turn
+
+
+def test_agent_pipeline_step(stand_in_llm: StandInLLM, customers: str, tmp_path: Path) -> None:
+    from aifab.pipeline.runner import run_pipeline
+
+    stand_in_llm.scripts["step-agent"] = lambda m, t: (
+        tool_call("sql", {"query": "SELECT count(*) AS n FROM customers"})
+        if _last_tool_content(m) is None
+        else answer("30")
+    )
+    (tmp_path / "a.yaml").write_text(
+        f"name: step-agent\nmodel: {{model: step-agent, base_url: '{stand_in_llm.base_url}'}}\n"
+        "tools: [{use: sql}]\n"
+    )
+    (tmp_path / "p.yaml").write_text(
+        "name: p\nsteps:\n  - name: ask\n    uses: agent\n"
+        "    with: {agent: a.yaml, input: 'how many customers?'}\n"
+    )
+    result = run_pipeline(tmp_path / "p.yaml")
+    assert result.ok, [(s.name, s.error) for s in result.steps]
+    details = result.steps[0].outputs["details"]
+    assert (details["status"], details["answer"], details["steps"]) == ("completed", "30", 3)

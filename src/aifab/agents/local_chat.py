@@ -1,0 +1,68 @@
+"""A chat model run in this process: an aifab LM answering the OpenAI tools protocol locally.
+
+The same prompt format and parsing as the server's chat endpoint (``aifab.inference.tool_calls``),
+so an agent behaves the same with ``local: true`` as through the gateway, with no server.
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+from aifab.agents.chat import ChatReply, ModelCallError, ToolCall
+
+__all__ = ["LocalChat"]
+
+
+class LocalChat:
+    """A registered LM loaded here, behind :class:`~aifab.agents.chat.ChatModel`.
+
+    Args:
+        source: a registered LM (``NAME``, ``NAME@VERSION``, ``NAME@ALIAS``).
+        temperature: sampling temperature (0 = greedy).
+    """
+
+    def __init__(self, source: str, temperature: float = 0.0) -> None:
+        from aifab.core.errors import InvalidInputError
+        from aifab.inference.loading import load_served_model
+
+        handler: Any = load_served_model(source).handler
+        if getattr(handler, "kind", None) != "lm":
+            raise InvalidInputError(f"model {source}: not a language model")
+        self.handler = handler
+        self.temperature = temperature
+
+    def complete(
+        self,
+        messages: list[dict[str, Any]],
+        tools: list[dict[str, Any]],
+        *,
+        max_tokens: int,
+        timeout_s: float,
+    ) -> ChatReply:
+        """One completion with the tools offered; tool calls parsed out of the text."""
+        from aifab.core.errors import InvalidInputError
+        from aifab.inference.generation import GenerationParams
+        from aifab.inference.tool_calls import parse_tool_calls, template_messages
+
+        try:
+            prompt = self.handler.chat_prompt(template_messages(messages, tools or None))
+            room = self.handler.max_context - self.handler.count_tokens(prompt)
+            params = GenerationParams(
+                max_tokens=max(1, min(max_tokens, room - 1)), temperature=self.temperature
+            )
+            [result] = self.handler.predict([self.handler.request(prompt, params)])
+        except InvalidInputError as exc:
+            raise ModelCallError(f"the local model refused the request: {exc.message}") from None
+        parsed = parse_tool_calls(result.text, tools, call_id=f"call_{uuid.uuid4().hex[:8]}")
+        calls = [
+            ToolCall(c["id"], c["function"]["name"], c["function"]["arguments"])
+            for c in parsed.tool_calls
+        ]
+        return ChatReply(
+            content=parsed.content if tools else result.text,
+            tool_calls=calls,
+            prompt_tokens=result.prompt_tokens,
+            completion_tokens=result.completion_tokens,
+            finish_reason="tool_calls" if calls else result.finish_reason,
+        )
