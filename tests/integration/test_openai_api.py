@@ -513,8 +513,11 @@ def test_a_many_prompt_completion_does_not_block_another_key(env: dict[str, Any]
     finished: list[str] = []
 
     def many() -> None:
+        # Long enough (8 chunks of 8 prompts x 200 tokens) that the other key's request,
+        # sent 0.3 s later, cannot lose the race to it on a loaded machine: at 40 tokens
+        # the tiny model could finish all 64 prompts before the other request arrived.
         _sdk(env, env["keys"]["client"]).completions.create(
-            model="tiny", prompt=[PROMPT] * 64, max_tokens=40, temperature=0
+            model="tiny", prompt=[PROMPT] * 64, max_tokens=200, temperature=0
         )
         finished.append("many")
 
