@@ -2,16 +2,15 @@
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
 from pydantic import Field, field_validator
 
 from aifab.core.config import StrictConfig
+from aifab.core.names import NAME, NAME_RULE, is_full_match
 
 __all__ = ["AgentSpec", "Budgets", "ModelEndpoint", "ToolSpec"]
 
-_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,99}")
 
 
 class ModelEndpoint(StrictConfig):
@@ -78,8 +77,9 @@ class AgentSpec(StrictConfig):
     @field_validator("name")
     @classmethod
     def _name(cls, value: str) -> str:
-        if not _NAME.fullmatch(value):
-            raise ValueError("letters, digits, '_', '.', '-' (1-100, starting with a letter/digit)")
+        # The platform's one name rule (core.names), within the agents table's 100 characters.
+        if not is_full_match(NAME, value) or len(value) > 100:
+            raise ValueError(f"{NAME_RULE}; at most 100 characters for an agent")
         return value
 
     @field_validator("tools")
