@@ -161,3 +161,12 @@ def test_local_model_and_in_process_predict_need_no_server(
         f"{env['url']}/v1/predict/churn", json={"records": records}, headers=_h(env, "client")
     ).json()
     assert tool["error"] is None and tool["output"]["predictions"] == direct["predictions"]
+
+
+def test_in_process_models_are_loaded_once(env: dict[str, Any]) -> None:
+    """Agents, tools and RAG answers share one loaded copy per model version (not one per run)."""
+    from aifab.agents.local_chat import LocalChat
+    from aifab.inference.loading import shared_model
+
+    first = LocalChat("tiny-lm@1").handler
+    assert LocalChat("tiny-lm").handler is first is shared_model("tiny-lm@1").handler

@@ -90,8 +90,6 @@ def predict_tool(options: dict[str, Any], ctx: ToolContext) -> Tool:
     timeout_s = float(options.get("timeout_s", 10.0))
     max_records = int(options.get("max_records", 100))
 
-    local: list[Any] = []  # the deployment's model, loaded on first use when there is no gateway
-
     def predict(records: list[dict[str, Any]]) -> dict[str, Any]:
         """Predict with the deployed model: one prediction per record.
 
@@ -101,7 +99,7 @@ def predict_tool(options: dict[str, Any], ctx: ToolContext) -> Tool:
         if len(records) > max_records:
             raise ToolError(f"at most {max_records} records per call, got {len(records)}")
         if ctx.gateway_url is None:
-            return _predict_here(deployment, records, local)
+            return _predict_here(deployment, records)
         headers = {"Authorization": f"Bearer {ctx.api_key}"} if ctx.api_key else {}
         url = f"{ctx.gateway_url.rstrip('/')}/v1/predict/{deployment}"
         try:
@@ -158,19 +156,15 @@ def kb_search_tool(options: dict[str, Any], ctx: ToolContext) -> Tool:
     return tool_from_function(kb_search, name=options.get("name", "kb_search"))
 
 
-def _predict_here(
-    deployment: str, records: list[dict[str, Any]], cache: list[Any]
-) -> dict[str, Any]:
+def _predict_here(deployment: str, records: list[dict[str, Any]]) -> dict[str, Any]:
     """The deployment's model run in this process (no gateway: a CLI run or a pipeline step)."""
-    if not cache:
-        from aifab.inference.deployments import get_deployment
-        from aifab.inference.loading import load_served_model
+    from aifab.inference.deployments import get_deployment
+    from aifab.inference.loading import shared_model
 
-        try:
-            cache.append(load_served_model(get_deployment(deployment)["model"]))
-        except AifabError as exc:
-            raise ToolError(f"deployment {deployment}: {exc.message}") from None
-    loaded = cache[0]
+    try:
+        loaded = shared_model(get_deployment(deployment)["model"])
+    except AifabError as exc:
+        raise ToolError(f"deployment {deployment}: {exc.message}") from None
     try:
         outputs = loaded.handler.predict(loaded.handler.decode({"records": records}))
     except AifabError as exc:

@@ -24,9 +24,9 @@ class LocalChat:
 
     def __init__(self, source: str, temperature: float = 0.0) -> None:
         from aifab.core.errors import InvalidInputError
-        from aifab.inference.loading import load_served_model
+        from aifab.inference.loading import shared_model
 
-        handler: Any = load_served_model(source).handler
+        handler: Any = shared_model(source).handler
         if getattr(handler, "kind", None) != "lm":
             raise InvalidInputError(f"model {source}: not a language model")
         self.handler = handler

@@ -12,7 +12,6 @@ from aifab.core.names import NAME, NAME_RULE, is_full_match
 __all__ = ["AgentSpec", "Budgets", "ModelEndpoint", "ToolSpec"]
 
 
-
 class ModelEndpoint(StrictConfig):
     """Where the agent's chat model answers: an aifab deployment or any OpenAI-compatible API."""
 

@@ -171,6 +171,26 @@ def load_served_model(
     return _load(ref, model_dir, backend, options)
 
 
+_SHARED: dict[tuple[str, str], LoadedModel] = {}
+_SHARED_LOCK = threading.Lock()
+
+
+def shared_model(source: str) -> LoadedModel:
+    """:func:`load_served_model` once per process and model version, for in-process callers.
+
+    Agents, tools and RAG answers that run without a server share one loaded copy of each
+    model version (an alias is re-resolved on every call, so a promotion is followed).
+    """
+    from aifab.core.settings import get_settings
+
+    ref = resolve_source(source)
+    key = (str(get_settings().resolved_home), ref)  # tests switch workspaces in one process
+    with _SHARED_LOCK:
+        if key not in _SHARED:
+            _SHARED[key] = load_served_model(ref)
+        return _SHARED[key]
+
+
 def load_model_directory(
     model_dir: str | Path, *, backend: str = "torch", options: Mapping[str, Any] | None = None
 ) -> LoadedModel:

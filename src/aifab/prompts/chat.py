@@ -12,7 +12,6 @@ from __future__ import annotations
 import concurrent.futures
 import json
 import os
-import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -67,22 +66,16 @@ class ChatModel(Protocol):
         """The answer piece by piece."""
 
 
-_LOADED: dict[str, Any] = {}
-_LOAD_LOCK = threading.Lock()
-
-
 class DeploymentChat:
     """An aifab LM deployment's model, loaded in this process (once per model version)."""
 
     def __init__(self, deployment: str, timeout_s: float) -> None:
         from aifab.inference.deployments import get_deployment
-        from aifab.inference.loading import load_served_model, resolve_source
+        from aifab.inference.loading import shared_model
 
-        ref = resolve_source(get_deployment(deployment)["model"])
-        with _LOAD_LOCK:
-            if ref not in _LOADED:
-                _LOADED[ref] = load_served_model(ref).handler
-        self.handler = _LOADED[ref]
+        loaded = shared_model(get_deployment(deployment)["model"])
+        ref = loaded.ref
+        self.handler: Any = loaded.handler
         if getattr(self.handler, "kind", None) != "lm":
             raise InvalidInputError(f"chat model {deployment!r}: deployment of {ref} is not an LM")
         self.name = ref
