@@ -7,7 +7,7 @@ from typing import Any
 from pydantic import Field, field_validator
 
 from aifab.core.config import StrictConfig
-from aifab.core.names import NAME, NAME_RULE, is_full_match
+from aifab.core.names import NAME_RULE, SHORT_NAME, is_full_match
 
 __all__ = ["AgentSpec", "Budgets", "ModelEndpoint", "ToolSpec"]
 
@@ -76,8 +76,7 @@ class AgentSpec(StrictConfig):
     @field_validator("name")
     @classmethod
     def _name(cls, value: str) -> str:
-        # The platform's one name rule (core.names), within the agents table's 100 characters.
-        if not is_full_match(NAME, value) or len(value) > 100:
+        if not is_full_match(SHORT_NAME, value):
             raise ValueError(f"{NAME_RULE}; at most 100 characters for an agent")
         return value
 

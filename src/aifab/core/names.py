@@ -20,6 +20,11 @@ SLUG = re.compile(r"[a-z0-9][a-z0-9._\-]{0,99}")
 SLUG_RULE = (
     "use lower-case letters, digits, '.', '_' and '-' (up to 100), starting with a letter or digit"
 )
+#: Other platform objects (monitors, policies, schedules, knowledge bases, agents): as NAME,
+#: up to 100 characters (their tables' key columns).
+SHORT_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.\-]{0,99}")
+#: Teams and projects (keys, jobs, budgets): letters, digits, ``_ . -``; 1-100, no spaces.
+TEAM = re.compile(r"[A-Za-z0-9_.\-]{1,100}")
 #: Free-text labels (API key names): letters, digits, spaces, ``. _ -``; up to 100.
 LABEL = re.compile(r"[A-Za-z0-9_.\- ]{0,100}")
 

@@ -8,7 +8,6 @@ a request never waits on the ledger.
 from __future__ import annotations
 
 import logging
-import re
 import threading
 import time
 from typing import Any
@@ -19,6 +18,7 @@ from aifab.core.actor import current_actor
 from aifab.core.audit import record_event
 from aifab.core.db import session_scope
 from aifab.core.errors import BudgetExceededError, InvalidInputError, NotFoundError
+from aifab.core.names import TEAM, is_full_match
 from aifab.ops.budget_policy import PERIODS, BudgetStatus, evaluate
 from aifab.ops.cost import collect
 from aifab.ops.cost_tables import BudgetRow, CostEntryRow
@@ -33,7 +33,6 @@ __all__ = [
 ]
 
 log = logging.getLogger("aifab.ops.budget")
-_TEAM_RE = re.compile(r"^[\w.\-]{1,100}$")
 _KEYS = table("api_keys", column("id"), column("team"))
 
 
@@ -62,7 +61,7 @@ def set_budget(
     Raises:
         InvalidInputError: a bad team name, amount, period or share.
     """
-    if not _TEAM_RE.match(team or ""):
+    if not is_full_match(TEAM, team):
         raise InvalidInputError(f"team {team!r}: 1-100 letters, digits, '.', '_' or '-'")
     if not (amount > 0 and amount != float("inf")):
         raise InvalidInputError(f"amount: must be a positive number, got {amount}")

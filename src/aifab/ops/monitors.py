@@ -7,7 +7,6 @@ missing from the log or a deleted reference are reported in the result, never ra
 
 from __future__ import annotations
 
-import re
 import time
 from collections.abc import Mapping
 from pathlib import Path
@@ -20,6 +19,7 @@ from aifab.core.audit import record_event
 from aifab.core.config import load_yaml, parse_config
 from aifab.core.db import session_scope
 from aifab.core.errors import AifabError, ConflictError, InvalidInputError, NotFoundError
+from aifab.core.names import SHORT_NAME, is_full_match
 from aifab.ops.alert_rules import Rule, default_rules, evaluate
 from aifab.ops.alerts import process_breaches
 from aifab.ops.drift import DriftOptions, drift_report
@@ -42,8 +42,6 @@ __all__ = [
     "monitor_history",
     "run_monitor",
 ]
-
-_NAME = re.compile(r"^[A-Za-z0-9][\w.\-]{0,99}$")
 
 
 def _spec(spec: MonitorSpec | Path | str | Mapping[str, Any]) -> MonitorSpec:
@@ -70,7 +68,7 @@ def create_monitor(name: str, spec: MonitorSpec | Path | str | Mapping[str, Any]
         InvalidInputError: a bad name or spec (the field is named).
         ConflictError: a monitor of that name exists.
     """
-    if not _NAME.match(name):
+    if not is_full_match(SHORT_NAME, name):
         raise InvalidInputError(f"monitor name {name!r}: use letters, digits, '_', '-', '.'")
     cfg = _spec(spec)
     with session_scope() as s:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import re
 import time
 from collections.abc import Mapping
 from pathlib import Path
@@ -15,12 +14,11 @@ from aifab.core.audit import record_event
 from aifab.core.config import load_yaml, parse_config
 from aifab.core.db import session_scope
 from aifab.core.errors import ConflictError, InvalidInputError, NotFoundError
+from aifab.core.names import SHORT_NAME, is_full_match
 from aifab.ops.policy_spec import PolicySpec
 from aifab.ops.tables import PolicyRow, PolicyRunRow
 
 __all__ = ["create_policy", "get_policy", "list_policies", "load_policy_spec", "policy_history"]
-
-_NAME = re.compile(r"^[A-Za-z0-9][\w.\-]{0,99}$")
 
 
 def load_policy_spec(spec: PolicySpec | Path | str | Mapping[str, Any]) -> PolicySpec:
@@ -54,7 +52,7 @@ def create_policy(name: str, spec: PolicySpec | Path | str | Mapping[str, Any]) 
     Raises:
         InvalidInputError: a bad name or spec (field named); ConflictError: name taken.
     """
-    if not _NAME.match(name):
+    if not is_full_match(SHORT_NAME, name):
         raise InvalidInputError(f"policy name {name!r}: use letters, digits, '_', '-', '.'")
     cfg = load_policy_spec(spec)
     with session_scope() as s:

@@ -9,7 +9,6 @@ next run is the next cron time after now.
 from __future__ import annotations
 
 import logging
-import re
 import threading
 import time
 from pathlib import Path
@@ -21,6 +20,7 @@ from aifab.core.actor import acting_as, current_actor
 from aifab.core.audit import record_event
 from aifab.core.db import session_scope
 from aifab.core.errors import ConflictError, InvalidInputError, NotFoundError
+from aifab.core.names import SHORT_NAME, is_full_match
 from aifab.core.registry import Registry
 from aifab.ops.cron import advance, check_cron, next_after
 from aifab.ops.tables import ScheduleRow, ScheduleRunRow
@@ -49,7 +49,6 @@ TARGETS = Registry(
     },
 )
 LEASE_S = 60.0
-_NAME = re.compile(r"^[A-Za-z0-9][\w.\-]{0,99}$")
 
 
 def _dict(row: ScheduleRow) -> dict[str, Any]:
@@ -93,7 +92,7 @@ def create_schedule(name: str, cron: str, kind: str, target: str) -> dict[str, A
     Raises:
         InvalidInputError: a bad name, cron expression or target; ConflictError: name taken.
     """
-    if not _NAME.match(name):
+    if not is_full_match(SHORT_NAME, name):
         raise InvalidInputError(f"schedule name {name!r}: use letters, digits, '_', '-', '.'")
     expr = check_cron(cron)
     target = _check_target(kind, target)

@@ -7,7 +7,6 @@ when nothing was removed the parent's dense index is extended rather than rebuil
 
 from __future__ import annotations
 
-import re
 import shutil
 import time
 from collections.abc import Mapping, Sequence
@@ -21,6 +20,7 @@ from aifab.core.audit import record_event
 from aifab.core.config import parse_config
 from aifab.core.db import session_scope
 from aifab.core.errors import ConflictError, InvalidInputError, NotFoundError
+from aifab.core.names import SHORT_NAME, is_full_match
 from aifab.rag.config import KBConfig
 from aifab.rag.documents import Loaded, load_dataset, load_path, load_texts
 from aifab.rag.indexing import Progress, build_version
@@ -40,11 +40,9 @@ __all__ = [
     "sync_kb",
 ]
 
-_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
-
 
 def _check_name(name: str) -> str:
-    if not _NAME.match(name or ""):
+    if not is_full_match(SHORT_NAME, name):
         raise InvalidInputError(f"knowledge base name {name!r}: letters, digits, '.', '_', '-'")
     return name
 

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import hashlib
 import math
-import re
 import secrets
 import time
 from collections.abc import Sequence
@@ -22,7 +21,7 @@ from aifab.core.audit import record_event
 from aifab.core.db import session_scope
 from aifab.core.errors import InvalidInputError, NotFoundError
 from aifab.core.ids import new_id
-from aifab.core.names import LABEL, NAME, is_full_match
+from aifab.core.names import LABEL, NAME, TEAM, is_full_match
 from aifab.serve.tables import ApiKeyRow
 
 __all__ = [
@@ -67,7 +66,6 @@ _PER_MINUTE = {
     "day": 1 / 1440,
 }
 _NONE = ("none", "unlimited", "")
-_LABEL_RE = re.compile(r"[\w.\-]{1,100}")
 #: The largest finite rate a key may have (one million requests a second).
 MAX_RATE_PER_MIN = 60_000_000.0
 
@@ -247,7 +245,7 @@ def create_key(
         )
     rate_per_min, quota = parse_rate(rate), parse_quota(token_quota)
     for field, value in (("team", team), ("project", project)):
-        if value is not None and not _LABEL_RE.fullmatch(value):
+        if value is not None and not is_full_match(TEAM, value):
             raise InvalidInputError(
                 f"{field} {value!r}: 1-100 letters, digits, '.', '_' or '-' (no spaces)"
             )
