@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import statistics
 import time
-from functools import partial
 from collections.abc import Callable, Mapping, Sequence
+from functools import partial
 from pathlib import Path
 from typing import Any
 

@@ -214,11 +214,13 @@ def _tfidf(g: _Graph, x: str, feature: Any, params: Mapping[str, Any]) -> str:
         pool_strings=pool,
     )
     tf = g.op("Cast", [tf], to=11)
-    if feature.sublinear_tf:  # 1 + ln(tf) where tf > 0, as sklearn's TfidfTransformer
-        positive = g.op("Greater", [tf, g.const(0.0)])
-        safe = g.op("Where", [positive, tf, g.const(1.0)])
-        log = g.op("Add", [g.op("Log", [safe]), g.const(1.0)])
-        tf = g.op("Where", [positive, log, g.const(0.0)])
+    if feature.sublinear_tf:
+        # As aifab's fitted function computes it (what the model was trained on): ln(tf), then
+        # +1 where that is positive, so a term counted once weighs 0 (sklearn gives it 1).
+        safe = g.op("Where", [g.op("Greater", [tf, g.const(0.0)]), tf, g.const(1.0)])
+        log = g.op("Log", [safe])
+        shifted = g.op("Add", [log, g.const(1.0)])
+        tf = g.op("Where", [g.op("Greater", [log, g.const(0.0)]), shifted, g.const(0.0)])
     weighted = g.op("Mul", [tf, g.const(np.asarray(params["idf"], np.float64))])
     squares = g.op("Mul", [weighted, weighted])
     axis = g.const(np.array([1], np.int64))
