@@ -51,6 +51,7 @@ def _export(
         emit(report, True)
         return
     lat, acc = report["latency_ms"], report["accuracy"]
+    timed = report["latency"][str(report["latency_batch"])]
     rows = {
         "path": report["path"],
         "files": ", ".join(report["files"]),
@@ -59,7 +60,7 @@ def _export(
         "inputs": f"{report['inputs']} (preprocessing: {report['preprocess']})",
         "latency": f"{lat['exported']:.3f} ms vs aifab's handler {lat['handler']:.3f} ms "
         f"({report['speedup']}x; {report['latency_path']}, batch {report['latency_batch']}, "
-        f"{report['threads']} threads)",
+        f"{timed.get('threads', report['threads'])} threads)",
         "max_abs_diff": f"{report['max_abs_diff']:.3g} ({report['compared']}, "
         f"tolerance {report['tolerance']:g})",
         "accuracy": "; ".join(report["notes"]) or "no test split"

@@ -152,7 +152,8 @@ def export_model(
             "model": model_ref,
             "format": fmt,
             "path": str(target_dir),
-            "inputs": "raw" if pre is not None else "encoded",
+            # The Triton ensemble takes raw fields too: its Python step encodes them.
+            "inputs": "raw" if pre is not None or fmt == "triton" else "encoded",
             "preprocess": _preprocess_kind(fmt, pre),
             "target": target,
             **_sizes(onnx_file, model_dir, sidecar),

@@ -25,6 +25,8 @@ __all__ = ["ML_OPSET", "OPSET", "Inexpressible", "Preprocess", "RawField", "prep
 OPSET = 20
 ML_OPSET = 3
 TOKEN_PATTERN = r"[\pL\pN_][\pL\pN_]+"
+#: The bundled graph's outputs: no input field may take these names.
+RESERVED = ("probabilities", "label", "logits")
 #: Pads the token matrix; no vocabulary term can equal it (terms are word characters).
 _PAD = "#"
 # Day-of-week offsets of Sakamoto's method (0 = Sunday, as DuckDB's 'dow').
@@ -275,8 +277,9 @@ def _transform_blocks(
             blocks.append((_tfidf(g, x, f, p), [(out, len(p["idf"]))]))
         else:
             raise Inexpressible(f"{describe(f, i)}: {f.transform} has no ONNX form")
+        # NULL text is one-hot unknown or an empty document; a NULL date or number fails.
         kind = "string" if t in ("VARCHAR", "DATE") else "number"
-        fields.setdefault(x, RawField(x, kind, nullable=kind == "string"))
+        fields.setdefault(x, RawField(x, kind, nullable=t == "VARCHAR"))
     return list(fields.values()), blocks
 
 
@@ -339,6 +342,12 @@ def preprocess_graph(
         last = _assemble(g, blocks, features)
     else:
         fields, last = _plain(g, pre, features, sidecar)
+    taken = (*RESERVED, output)
+    clash = [
+        f.name for f in fields if f.name in taken or f.name.startswith((prefix, "net/", "head/"))
+    ]
+    if clash:
+        raise Inexpressible(f"input field {clash[0]!r} has the name of a graph output or tensor")
     g.nodes.append(_rename(last, output))
     return Preprocess(fields, features, output, g.nodes, g.inits)
 

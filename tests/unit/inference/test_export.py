@@ -297,7 +297,7 @@ def test_triton_ensemble_for_a_gpu_runs_aifab_preprocessing(
     assert [o["name"] for o in pre["output"]] == [i["name"] for i in net["input"]] == ["x"]
     assert (repo / "churn_preprocess" / "1" / "feature_transform.json").is_file()
     assert not (repo / "churn_preprocess" / "1" / "model.safetensors").exists()
-    assert ensemble["max_abs_diff"] <= 1e-5 and ensemble["inputs"] == "encoded"
+    assert ensemble["max_abs_diff"] <= 1e-5 and ensemble["inputs"] == "raw"
 
 
 class _StandInTensor:
@@ -495,6 +495,7 @@ def test_export_rejects_a_language_model(tiny_lm: dict[str, Any], cli: Any) -> N
 
 def test_export_without_a_test_split_reports_why(churn_model: Any, tmp_path: Path) -> None:
     from aifab.inference.export import export_model
+    from aifab.inference.onnx_bundle import read_metadata
     from aifab.models.checkpoint import save_model
     from aifab.models.zoo import build_model
     from aifab.track import register_model, start_run
@@ -513,11 +514,20 @@ def test_export_without_a_test_split_reports_why(churn_model: Any, tmp_path: Pat
     assert "meta.datasets" in report["notes"][0]
     assert report["max_abs_diff"] <= 1e-4 and report["compared"] == "logits"
     # Its one feature column holds lists: no ONNX form, so Triton gets the Python ensemble.
-    assert report["preprocess"] == "python" and report["inputs"] == "encoded"
+    assert report["preprocess"] == "python" and report["inputs"] == "raw"
     assert "list-valued feature columns" in report["notes"][1]
     assert "no-lineage_preprocess/1/model.py" in report["files"]
     with pytest.raises(InvalidInputError, match="cannot put the preprocessing in the graph: list"):
         export_model("no-lineage@1", "onnx", attach=False, preprocess="graph")
+    # As ONNX it keeps encoded inputs (aifab's encoder outside), and says so.
+    plain = export_model("no-lineage@1", "onnx", attach=False)
+    assert plain["inputs"] == "encoded" and plain["preprocess"] == "aifab"
+    assert "aifab's encoder" in plain["notes"][1]
+    onnx_file = Path(plain["path"]) / "model.onnx"
+    assert [i.name for i in _raw_session(onnx_file).get_inputs()] == ["x"]
+    meta = read_metadata(onnx_file)
+    assert meta["aifab.preprocess"] == "aifab" and meta["aifab.classes"] == ["a", "b"]
+    assert meta["aifab.features"] == ["f"] and "aifab.inputs" not in meta
 
 
 @pytest.mark.parametrize(
