@@ -16,6 +16,7 @@ import shutil
 import tempfile
 import time
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -104,59 +105,26 @@ def export_model(
         ConflictError: ``out_dir`` holds something other than an earlier export.
     """
     _check_options(fmt, target, preprocess, batch_size, repeats, max_batch_size)
-    mv = resolve_model(ref)
-    model_ref = f"{mv['name']}@{mv['version']}"
-    model_dir = download_model(model_ref)
-    builder = str(read_sidecar(model_dir).get("builder"))
-    if builder not in CLASSIFIERS:
-        raise InvalidInputError(
-            f"model {model_ref} is a {builder}: export supports classifiers "
-            f"({', '.join(CLASSIFIERS)})"
-        )
-    module, sidecar = load_model(model_dir)
-    default_dir = get_workspace().exports / mv["name"] / f"v{mv['version']}" / fmt
+    m = _load(ref, threads or _torch_threads())
+    default_dir = get_workspace().exports / m.name / f"v{m.version}" / fmt
     target_dir = Path(out_dir).absolute() if out_dir else default_dir
     notes: list[str] = []
-    n_threads = threads or _torch_threads()
-    handler = _handler(model_dir, sidecar, n_threads)
-    records, labels = _test_rows(model_dir, sidecar, handler, notes)
-    inputs = handler.encode_inputs(handler.decode({"records": records})) if records else None
-    pre = _preprocess(model_dir, sidecar, fmt, preprocess, notes)
+    records, labels = _test_rows(m.dir, m.sidecar, m.handler, notes)
+    pre = _preprocess(m.dir, m.sidecar, fmt, preprocess, notes)
     staging = _staging_dir(target_dir)
     try:
-        spec = {
-            "name": mv["name"],
-            "max_batch_size": max_batch_size,
-            "kind": KINDS[target],
-            "assets": model_dir,
-        }
-        network = to_onnx(module, inputs or sample_inputs(sidecar, 8), staging / ".network.onnx")
-        meta = {
-            "aifab.model": model_ref,
-            "aifab.builder": builder,
-            "aifab.preprocess": _preprocess_kind(fmt, pre),
-            "aifab.features": _features(sidecar),
-        }
-        onnx_file = _write_format(fmt, network, inputs, pre, staging, spec, handler, meta)
-        if fmt != "triton":
-            _copy_assets(model_dir, staging)
-        elif pre is not None:  # the ensemble's Python step holds its own copy
-            _copy_assets(model_dir, onnx_file.parent.parent)
-        timing = {"batch_size": batch_size, "repeats": repeats, "threads": n_threads}
-        if records:
-            checked = _check_raw(onnx_file, pre, handler, records, labels, timing)
-        else:  # nothing raw to run: the network alone against torch on sample inputs
-            checked = _check_network(module, network, sidecar, timing)
-        network.unlink()
+        kind = {"max_batch_size": max_batch_size, "kind": KINDS[target]}
+        timing = {"batch_size": batch_size, "repeats": repeats, "threads": m.threads}
+        onnx_file, checked = _build(m, fmt, pre, staging, records, labels, kind, timing)
         report = {
-            "model": model_ref,
+            "model": m.ref,
             "format": fmt,
             "path": str(target_dir),
             # The Triton ensemble takes raw fields too: its Python step encodes them.
             "inputs": "raw" if pre is not None or fmt == "triton" else "encoded",
             "preprocess": _preprocess_kind(fmt, pre),
             "target": target,
-            **_sizes(onnx_file, model_dir, sidecar),
+            **_sizes(onnx_file, m.dir, m.sidecar),
             **checked,
             "tolerance": TOLERANCE[fmt],
             "within_tolerance": bool(checked["max_abs_diff"] <= TOLERANCE[fmt]),
@@ -173,10 +141,83 @@ def export_model(
         shutil.rmtree(staging, ignore_errors=True)
     # "path" and the file list describe the published directory from here on.
     if attach:
-        report["artifact_uri"] = attach_export(model_ref, target_dir, fmt)
+        report["artifact_uri"] = attach_export(m.ref, target_dir, fmt)
         _write_report(target_dir / REPORT, report)
         os.chmod(target_dir / REPORT, FILE_MODE)
     return report
+
+
+@dataclass(frozen=True)
+class _Model:
+    """The model version being exported, loaded once."""
+
+    ref: str
+    name: str
+    version: str
+    dir: Path
+    builder: str
+    module: Any
+    sidecar: Mapping[str, Any]
+    handler: Any
+    threads: int
+
+
+def _load(ref: str, threads: int) -> _Model:
+    mv = resolve_model(ref)
+    model_ref = f"{mv['name']}@{mv['version']}"
+    model_dir = download_model(model_ref)
+    builder = str(read_sidecar(model_dir).get("builder"))
+    if builder not in CLASSIFIERS:
+        raise InvalidInputError(
+            f"model {model_ref} is a {builder}: export supports classifiers "
+            f"({', '.join(CLASSIFIERS)})"
+        )
+    module, sidecar = load_model(model_dir)
+    return _Model(
+        ref=model_ref,
+        name=mv["name"],
+        version=str(mv["version"]),
+        dir=model_dir,
+        builder=builder,
+        module=module,
+        sidecar=sidecar,
+        handler=_handler(model_dir, sidecar, threads),
+        threads=threads,
+    )
+
+
+def _build(
+    m: _Model,
+    fmt: str,
+    pre: Preprocess | None,
+    staging: Path,
+    records: list[dict[str, Any]],
+    labels: list[str],
+    triton: Mapping[str, Any],
+    timing: Mapping[str, int],
+) -> tuple[Path, dict[str, Any]]:
+    """Write the format's files under ``staging`` and check them; the file that runs, figures."""
+    h = m.handler
+    inputs = h.encode_inputs(h.decode({"records": records})) if records else None
+    network = to_onnx(m.module, inputs or sample_inputs(m.sidecar, 8), staging / ".network.onnx")
+    meta = {
+        "aifab.model": m.ref,
+        "aifab.builder": m.builder,
+        "aifab.preprocess": _preprocess_kind(fmt, pre),
+        "aifab.features": _features(m.sidecar),
+    }
+    spec = {**triton, "name": m.name, "assets": m.dir}
+    onnx_file = _write_format(fmt, network, inputs, pre, staging, spec, h, meta)
+    if fmt != "triton":
+        _copy_assets(m.dir, staging)
+    elif pre is not None:  # the ensemble's Python step holds its own copy
+        _copy_assets(m.dir, onnx_file.parent.parent)
+    if records:
+        checked = _check_raw(onnx_file, pre, h, records, labels, timing)
+    else:  # nothing raw to run: the network alone against torch on sample inputs
+        checked = _check_network(m.module, network, m.sidecar, timing)
+    network.unlink()
+    return onnx_file, checked
 
 
 def _check_options(
