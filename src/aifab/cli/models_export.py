@@ -24,7 +24,9 @@ def _export(
     no_attach: bool = typer.Option(
         False, "--no-attach", help="Do not attach the files to the model version in the registry."
     ),
-    batch_size: int = typer.Option(64, "--batch-size", help="Rows of the batch timed."),
+    batch_size: int = typer.Option(
+        64, "--batch-size", help="Rows of the larger batch timed (batch 1 is timed too)."
+    ),
     threads: int | None = typer.Option(
         None, "--threads", help="Threads for torch and onnxruntime (default: torch's)."
     ),
