@@ -1,8 +1,11 @@
 """``export_model``: a registered classifier -> ONNX, int8 ONNX or a Triton model repository.
 
-Each export is checked against the torch model it came from (size, latency on one batch at the
-same thread count, largest logit difference, accuracy on the model's test split), reported in
-``report.json`` beside the files, and attached to the model version in the registry.
+Exports take raw records: the fitted feature transform is in the ONNX graph where ONNX ops
+express it (``onnx_features``); where they do not, the ONNX file takes the encoded inputs and
+the Triton repository is an ensemble whose Python step runs aifab's own transform. Each export
+is checked against aifab's serving path on the model's test rows, raw records to probabilities
+on both sides (largest difference, accuracy, latency at batch 1 and ``batch_size`` with the same
+threads), reported in ``report.json`` beside the files and attached to the model version.
 """
 
 from __future__ import annotations
@@ -10,10 +13,10 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import statistics
 import tempfile
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +26,8 @@ from aifab.core.atomic import atomic_write_text
 from aifab.core.errors import ConflictError, InvalidInputError, NotFoundError
 from aifab.core.workspace import get_workspace
 from aifab.inference.evaluation import test_split
+from aifab.inference.export_check import compare, handler_runner, median_ms, onnx_runner
+from aifab.inference.onnx_bundle import bundle
 from aifab.inference.onnx_export import (
     CLASSIFIERS,
     quantize_int8,
@@ -30,16 +35,24 @@ from aifab.inference.onnx_export import (
     to_onnx,
     torch_logits,
 )
+from aifab.inference.onnx_features import Inexpressible, Preprocess, preprocess_graph
 from aifab.inference.onnx_runtime import OrtModel
-from aifab.inference.triton import write_repository
+from aifab.inference.triton import KINDS, write_ensemble, write_repository
 from aifab.models.checkpoint import WEIGHTS, load_model, read_sidecar
 from aifab.track.registry import attach_export, download_model, resolve_model
 
-__all__ = ["FORMATS", "export_model"]
+__all__ = ["FORMATS", "PREPROCESS", "TARGETS", "export_model"]
 
 FORMATS = ("onnx", "onnx-int8", "triton")
+TARGETS = tuple(KINDS)
+#: auto: in the graph where ONNX expresses it; graph: there or fail; python: Triton ensemble.
+PREPROCESS = ("auto", "graph", "python")
 REPORT = "report.json"
-_EVAL_BATCH = 1024
+#: Largest difference from the handler's probabilities an export is expected to keep: float32
+#: graphs agree to rounding; int8 weights and activations move probabilities by a few points.
+TOLERANCE = {"onnx": 1e-5, "onnx-int8": 0.1, "triton": 1e-5}
+#: Exported files and directories: readable by a server running as another user.
+FILE_MODE, DIR_MODE = 0o644, 0o755
 
 
 def export_model(
@@ -52,41 +65,104 @@ def export_model(
     repeats: int = 20,
     threads: int | None = None,
     max_batch_size: int = 256,
+    target: str = "cpu",
+    preprocess: str = "auto",
 ) -> dict[str, Any]:
-    """Export model version ``ref`` as ``fmt`` and report how the export compares to torch.
+    """Export model version ``ref`` as ``fmt`` and report how it compares to aifab's serving.
 
     Args:
         ref: ``NAME@VERSION`` or ``NAME@ALIAS`` of a classifier (mlp, cnn,
             transformer-classifier).
         fmt: ``onnx`` (float32), ``onnx-int8`` (dynamically quantized) or ``triton`` (a model
-            repository: ``<out>/<name>/config.pbtxt`` + ``<out>/<name>/1/model.onnx``).
+            repository under ``<out>/``: ``<name>/config.pbtxt`` + ``<name>/1/model.onnx``, or
+            the ``<name>`` ensemble of ``<name>_preprocess`` and ``<name>_network``).
         out_dir: Where the files go (default ``<workspace>/exports/<name>/v<version>/<fmt>``);
             an earlier export there is replaced.
         attach: Log the files to the version's run and tag the version (``aifab.export.<fmt>``).
-        batch_size: Rows of the batch timed for the latency figures.
-        repeats: Timed runs of that batch (the median is reported).
+        batch_size: The larger batch timed for the latency figures (batch 1 is timed too).
+        repeats: Timed runs of each batch (the median is reported).
         threads: Threads for both torch and onnxruntime (default: torch's current setting).
         max_batch_size: Triton's ``max_batch_size``.
+        target: ``cpu`` or ``gpu``: Triton's instance kind (``KIND_CPU`` / ``KIND_GPU``).
+        preprocess: ``auto`` (the transform in the graph where ONNX ops express it), ``graph``
+            (in the graph, or fail naming the step that cannot be) or ``python`` (Triton only:
+            an ensemble with a Python-backend step running aifab's transform).
 
     Returns:
-        The report: ``model``, ``format``, ``path``, ``files``, ``size_bytes``,
-        ``torch_size_bytes``, ``size_ratio``, ``latency_ms`` ({torch, exported}), ``speedup``,
-        ``max_abs_diff``, ``accuracy`` ({torch, exported, delta} or None without test rows),
-        plus ``test_rows``, ``latency_batch``, ``threads``, ``notes`` (why accuracy is missing)
-        and ``artifact_uri`` (when attached).
+        The report: ``model``, ``format``, ``path``, ``files``, ``inputs`` (``raw`` or
+        ``encoded``), ``preprocess`` (``graph``, ``python`` or ``aifab``), ``target``,
+        ``size_bytes``, ``torch_size_bytes``, ``size_ratio``, ``latency`` (per batch size:
+        handler_ms, exported_ms, speedup, threads), ``latency_ms`` and ``speedup`` (at
+        ``batch_size``), ``max_abs_diff`` (probabilities), ``accuracy`` ({handler, exported,
+        delta} or None without test rows), ``test_rows``, ``latency_batch``, ``threads``,
+        ``notes`` and ``artifact_uri`` (when attached).
 
     Raises:
-        InvalidInputError: an unknown format, a model that is not an exportable classifier,
-            missing or corrupt model files, or bad numeric options.
+        InvalidInputError: an unknown format, target or preprocess choice, a model that is not
+            an exportable classifier, missing or corrupt model files, bad numeric options, or
+            ``preprocess="graph"`` for a transform ONNX cannot express.
         NotFoundError: the model version does not exist.
         ConflictError: ``out_dir`` holds something other than an earlier export.
     """
-    if fmt not in FORMATS:
-        raise InvalidInputError(f"format {fmt!r}: use one of {', '.join(FORMATS)}")
-    numbers = {"batch_size": batch_size, "repeats": repeats, "max_batch_size": max_batch_size}
-    for name, value in numbers.items():
-        if value < 1:
-            raise InvalidInputError(f"{name}: must be at least 1, got {value}")
+    _check_options(fmt, target, preprocess, batch_size, repeats, max_batch_size)
+    m = _load(ref, threads or _torch_threads())
+    default_dir = get_workspace().exports / m.name / f"v{m.version}" / fmt
+    target_dir = Path(out_dir).absolute() if out_dir else default_dir
+    notes: list[str] = []
+    records, labels = _test_rows(m.dir, m.sidecar, m.handler, notes)
+    pre = _preprocess(m.dir, m.sidecar, fmt, preprocess, notes)
+    staging = _staging_dir(target_dir)
+    try:
+        kind = {"max_batch_size": max_batch_size, "kind": KINDS[target]}
+        timing = {"batch_size": batch_size, "repeats": repeats, "threads": m.threads}
+        onnx_file, checked = _build(m, fmt, pre, staging, records, labels, kind, timing)
+        report = {
+            "model": m.ref,
+            "format": fmt,
+            "path": str(target_dir),
+            # The Triton ensemble takes raw fields too: its Python step encodes them.
+            "inputs": "raw" if pre is not None or fmt == "triton" else "encoded",
+            "preprocess": _preprocess_kind(fmt, pre),
+            "target": target,
+            **_sizes(onnx_file, m.dir, m.sidecar),
+            **checked,
+            "tolerance": TOLERANCE[fmt],
+            "within_tolerance": bool(checked["max_abs_diff"] <= TOLERANCE[fmt]),
+            "test_rows": len(labels),
+            "notes": notes,
+        }
+        report["files"] = sorted(
+            [str(p.relative_to(staging)) for p in staging.rglob("*") if p.is_file()] + [REPORT]
+        )
+        _write_report(staging / REPORT, report)
+        _open_modes(staging)
+        _publish(staging, target_dir)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    # "path" and the file list describe the published directory from here on.
+    if attach:
+        report["artifact_uri"] = attach_export(m.ref, target_dir, fmt)
+        _write_report(target_dir / REPORT, report)
+        os.chmod(target_dir / REPORT, FILE_MODE)
+    return report
+
+
+@dataclass(frozen=True)
+class _Model:
+    """The model version being exported, loaded once."""
+
+    ref: str
+    name: str
+    version: str
+    dir: Path
+    builder: str
+    module: Any
+    sidecar: Mapping[str, Any]
+    handler: Any
+    threads: int
+
+
+def _load(ref: str, threads: int) -> _Model:
     mv = resolve_model(ref)
     model_ref = f"{mv['name']}@{mv['version']}"
     model_dir = download_model(model_ref)
@@ -97,47 +173,96 @@ def export_model(
             f"({', '.join(CLASSIFIERS)})"
         )
     module, sidecar = load_model(model_dir)
-    default_dir = get_workspace().exports / mv["name"] / f"v{mv['version']}" / fmt
-    target = Path(out_dir).absolute() if out_dir else default_dir
-    notes: list[str] = []
-    records, labels = _test_rows(model_dir, sidecar, notes)
-    inputs = _encode(model_dir, sidecar, records, notes) if records else None
-    if inputs is None:
-        records, labels = [], []
-        inputs = sample_inputs(sidecar, 8)
-    staging = _staging_dir(target)
+    return _Model(
+        ref=model_ref,
+        name=mv["name"],
+        version=str(mv["version"]),
+        dir=model_dir,
+        builder=builder,
+        module=module,
+        sidecar=sidecar,
+        handler=_handler(model_dir, sidecar, threads),
+        threads=threads,
+    )
+
+
+def _build(
+    m: _Model,
+    fmt: str,
+    pre: Preprocess | None,
+    staging: Path,
+    records: list[dict[str, Any]],
+    labels: list[str],
+    triton: Mapping[str, Any],
+    timing: Mapping[str, int],
+) -> tuple[Path, dict[str, Any]]:
+    """Write the format's files under ``staging`` and check them; the file that runs, figures."""
+    h = m.handler
+    inputs = h.encode_inputs(h.decode({"records": records})) if records else None
+    network = to_onnx(m.module, inputs or sample_inputs(m.sidecar, 8), staging / ".network.onnx")
+    meta = {
+        "aifab.model": m.ref,
+        "aifab.builder": m.builder,
+        "aifab.preprocess": _preprocess_kind(fmt, pre),
+        "aifab.features": _features(m.sidecar),
+    }
+    spec = {**triton, "name": m.name, "assets": m.dir}
+    onnx_file = _write_format(fmt, network, inputs, pre, staging, spec, h, meta)
+    if fmt != "triton":
+        _copy_assets(m.dir, staging)
+    elif pre is not None:  # the ensemble's Python step holds its own copy
+        _copy_assets(m.dir, onnx_file.parent.parent)
+    if records:
+        checked = _check_raw(onnx_file, pre, h, records, labels, timing)
+    else:  # nothing raw to run: the network alone against torch on sample inputs
+        checked = _check_network(m.module, network, m.sidecar, timing)
+    network.unlink()
+    return onnx_file, checked
+
+
+def _check_options(
+    fmt: str, target: str, preprocess: str, batch_size: int, repeats: int, max_batch_size: int
+) -> None:
+    if fmt not in FORMATS:
+        raise InvalidInputError(f"format {fmt!r}: use one of {', '.join(FORMATS)}")
+    if target not in TARGETS:
+        raise InvalidInputError(f"target {target!r}: use one of {', '.join(TARGETS)}")
+    if preprocess not in PREPROCESS:
+        raise InvalidInputError(f"preprocess {preprocess!r}: use one of {', '.join(PREPROCESS)}")
+    if preprocess == "python" and fmt != "triton":
+        raise InvalidInputError("preprocess 'python' is a Triton ensemble: use it with triton")
+    numbers = {"batch_size": batch_size, "repeats": repeats, "max_batch_size": max_batch_size}
+    for name, value in numbers.items():
+        if value < 1:
+            raise InvalidInputError(f"{name}: must be at least 1, got {value}")
+
+
+def _preprocess(
+    model_dir: Path, sidecar: Mapping[str, Any], fmt: str, choice: str, notes: list[str]
+) -> Preprocess | None:
+    """The preprocessing graph, or None (with a note why) when it stays outside ONNX."""
+    if choice == "python":
+        return None
     try:
-        triton = {
-            "name": mv["name"],
-            "max_batch_size": max_batch_size,
-            "classes": _classes(sidecar),
-        }
-        onnx_file = _write_format(fmt, module, inputs, staging, triton)
-        assets = onnx_file.parent.parent if fmt == "triton" else staging
-        _copy_assets(model_dir, assets)
-        n_threads = threads or _torch_threads()
-        ort_model = OrtModel(onnx_file, threads=n_threads)
-        timing = {"batch_size": batch_size, "repeats": repeats, "threads": n_threads}
-        report = {
-            "model": model_ref,
-            "format": fmt,
-            "path": str(target),
-            **_sizes(onnx_file, model_dir, sidecar),
-            **_compare(module, ort_model, inputs, labels, _classes(sidecar), **timing),
-            "notes": notes,
-        }
-        report["files"] = sorted(
-            [str(p.relative_to(staging)) for p in staging.rglob("*") if p.is_file()] + [REPORT]
-        )
-        _write_report(staging / REPORT, report)
-        _publish(staging, target)
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
-    # "path" and the file list describe the published directory from here on.
-    if attach:
-        report["artifact_uri"] = attach_export(model_ref, target, fmt)
-        _write_report(target / REPORT, report)
-    return report
+        return preprocess_graph(model_dir, sidecar)
+    except Inexpressible as exc:
+        if choice == "graph":
+            raise InvalidInputError(f"cannot put the preprocessing in the graph: {exc}") from None
+        where = "a Python step of the ensemble" if fmt == "triton" else "aifab's encoder"
+        notes.append(f"the export takes encoded inputs, preprocessing stays in {where}: {exc}")
+        return None
+
+
+def _preprocess_kind(fmt: str, pre: Preprocess | None) -> str:
+    if pre is not None:
+        return "graph"
+    return "python" if fmt == "triton" else "aifab"
+
+
+def _features(sidecar: Mapping[str, Any]) -> list[str] | None:
+    """The model's feature column names (tabular models), in input order."""
+    features = ((sidecar.get("meta") or {}).get("preprocess") or {}).get("features")
+    return [str(f) for f in features] if features else None
 
 
 def _torch_threads() -> int:
@@ -146,15 +271,26 @@ def _torch_threads() -> int:
     return int(torch.get_num_threads())
 
 
-def _classes(sidecar: Mapping[str, Any]) -> list[str]:
-    pre = (sidecar.get("meta") or {}).get("preprocess") or {}
-    return [str(c) for c in pre.get("classes") or []]
+def _handler(model_dir: Path, sidecar: Mapping[str, Any], threads: int) -> Any:
+    """The serving handler on torch, using ``threads`` for batches above one thread's."""
+    import torch
+
+    from aifab.inference.classifier import ClassifierHandler
+
+    previous = torch.get_num_threads()
+    torch.set_num_threads(threads)  # the handler takes its large-batch thread count from here
+    try:
+        handler = ClassifierHandler()
+        handler.setup(model_dir, sidecar, {"backend": "torch", "max_request_items": 1 << 30})
+    finally:
+        torch.set_num_threads(previous)
+    return handler
 
 
 def _test_rows(
-    model_dir: Path, sidecar: Mapping[str, Any], notes: list[str]
+    model_dir: Path, sidecar: Mapping[str, Any], handler: Any, notes: list[str]
 ) -> tuple[list[dict[str, Any]], list[str]]:
-    """The test split, or nothing (and a note why) when it cannot be read here."""
+    """The test split's request fields, or nothing (and a note why) when not usable here."""
     try:
         records, labels = test_split(model_dir, sidecar)
     except (InvalidInputError, NotFoundError) as exc:
@@ -163,28 +299,16 @@ def _test_rows(
         return [], []
     if not records:
         notes.append("no accuracy: the test split has no rows")
-    return records, labels
-
-
-def _encode(
-    model_dir: Path, sidecar: Mapping[str, Any], records: list[dict[str, Any]], notes: list[str]
-) -> dict[str, np.ndarray] | None:
-    """Model inputs of raw records, through the serving path: ``decode`` then ``encode_inputs``.
-
-    Serving encodes exactly as training did, so these are the inputs the test metrics came from.
-    """
-    from aifab.inference.classifier import ClassifierHandler
-
-    handler = ClassifierHandler()
-    handler.setup(model_dir, sidecar, {"backend": "torch", "max_request_items": len(records)})
+        return [], []
     # A request carries only the model's input columns; the dataset may hold others.
     wanted = handler.input_columns
+    requests = [{c: r.get(c) for c in wanted} for r in records]
     try:
-        checked = handler.decode({"records": [{c: r.get(c) for c in wanted} for r in records]})
+        handler.decode({"records": requests})
     except InvalidInputError as exc:  # e.g. NULLs training imputed but serving refuses
         notes.append(f"no accuracy: test rows do not decode as requests: {exc.message}")
-        return None
-    return handler.encode_inputs(checked)
+        return [], []
+    return requests, labels
 
 
 def _staging_dir(target: Path) -> Path:
@@ -194,25 +318,42 @@ def _staging_dir(target: Path) -> Path:
 
 def _write_format(
     fmt: str,
-    module: Any,
-    inputs: Mapping[str, np.ndarray],
+    network: Path,
+    inputs: Mapping[str, np.ndarray] | None,
+    pre: Preprocess | None,
     staging: Path,
-    triton: Mapping[str, Any],
+    spec: Mapping[str, Any],
+    handler: Any,
+    meta: Mapping[str, Any],
 ) -> Path:
     """Write the format's files under ``staging``; return the ONNX file that runs."""
+    classes = list(handler.classes)
     if fmt == "onnx":
-        return to_onnx(module, inputs, staging / "model.onnx")
+        return bundle(network, staging / "model.onnx", pre=pre, classes=classes, metadata=meta)
     if fmt == "onnx-int8":
-        fp32 = to_onnx(module, inputs, staging / ".fp32.onnx")
-        out = quantize_int8(fp32, staging / "model.onnx", calibration=inputs)
-        fp32.unlink()
+        int8 = quantize_int8(network, staging / ".network-int8.onnx", calibration=inputs)
+        out = bundle(int8, staging / "model.onnx", pre=pre, classes=classes, metadata=meta)
+        int8.unlink()
         return out
-    root = staging / str(triton["name"])
-    fp32 = to_onnx(module, inputs, root / "1" / "model.onnx")
-    write_repository(
-        root, fp32, max_batch_size=int(triton["max_batch_size"]), classes=triton["classes"]
+    name, limit, kind = str(spec["name"]), int(spec["max_batch_size"]), str(spec["kind"])
+    if pre is not None:
+        root = staging / name
+        path = bundle(network, root / "1" / "model.onnx", pre=pre, classes=classes, metadata=meta)
+        write_repository(root, path, max_batch_size=limit, classes=classes, kind=kind)
+        return path
+    head = bundle(network, staging / ".network-head.onnx", pre=None, classes=classes, metadata=meta)
+    fields = [(c["name"], c["type"]) for c in handler.describe()["input_columns"]]
+    write_ensemble(
+        staging,
+        name,
+        head,
+        fields=fields,
+        assets=Path(spec["assets"]),
+        max_batch_size=limit,
+        classes=classes,
+        kind=kind,
     )
-    return fp32
+    return staging / f"{name}_network" / "1" / "model.onnx"
 
 
 def _copy_assets(model_dir: Path, dest: Path) -> None:
@@ -233,76 +374,83 @@ def _sizes(onnx_file: Path, model_dir: Path, sidecar: Mapping[str, Any]) -> dict
     }
 
 
-def _in_batches(
-    fn: Callable[[dict[str, np.ndarray]], np.ndarray], inputs: Mapping[str, np.ndarray]
-) -> np.ndarray:
-    n = len(next(iter(inputs.values())))
-    parts = [
-        fn({k: v[i : i + _EVAL_BATCH] for k, v in inputs.items()}) for i in range(0, n, _EVAL_BATCH)
-    ]
-    return np.concatenate(parts)
-
-
-def median_ms(fn: Callable[[], Any], repeats: int, warmup: int = 3) -> float:
-    """Median wall time of ``fn()`` in milliseconds over ``repeats`` runs after warm-up."""
-    for _ in range(warmup):
-        fn()
-    times = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times) * 1e3
-
-
-def fixed_batch(inputs: Mapping[str, np.ndarray], rows: int) -> dict[str, np.ndarray]:
-    """``rows`` rows of ``inputs`` (its first rows, repeated when it has fewer)."""
-    return {k: np.resize(v, (rows, *v.shape[1:])) for k, v in inputs.items()}
-
-
-def _compare(
-    module: Any,
-    ort_model: OrtModel,
-    inputs: Mapping[str, np.ndarray],
+def _check_raw(
+    onnx_file: Path,
+    pre: Preprocess | None,
+    handler: Any,
+    records: list[dict[str, Any]],
     labels: list[str],
-    classes: list[str],
-    batch_size: int,
-    repeats: int,
-    threads: int,
+    timing: Mapping[str, int],
 ) -> dict[str, Any]:
-    """Latency, largest logit difference and accuracy of torch vs the export."""
+    """Handler vs export from raw records to probabilities (see ``export_check``)."""
+    from aifab.inference.classifier import SMALL_BATCH_ROWS
+
+    fields = pre.fields if pre is not None else None
+    runners: dict[int, Any] = {}
+
+    def exported(threads: int) -> Any:
+        if threads not in runners:
+            runners[threads] = onnx_runner(onnx_file, threads, fields=fields, handler=handler)
+        return runners[threads]
+
+    batch, n = int(timing["batch_size"]), int(timing["threads"])
+    result = compare(
+        handler_runner(handler),
+        exported,
+        records,
+        labels,
+        list(handler.classes),
+        batches=sorted({1, batch}),
+        repeats=int(timing["repeats"]),
+        # As the handler runs torch: one thread up to SMALL_BATCH_ROWS rows, else ``threads``.
+        threads=lambda rows: 1 if rows <= SMALL_BATCH_ROWS else n,
+    )
+    at = result["latency"][str(batch)]
+    return {
+        **result,
+        "latency_path": "raw records -> probabilities",
+        "latency_ms": {"handler": at["handler_ms"], "exported": at["exported_ms"]},
+        "speedup": at["speedup"],
+        "latency_batch": batch,
+        "threads": n,
+    }
+
+
+def _check_network(
+    module: Any, network: Path, sidecar: Mapping[str, Any], timing: Mapping[str, int]
+) -> dict[str, Any]:
+    """Without raw test rows: the exported network vs torch on sample inputs (logits)."""
     import torch
 
+    batch, n = int(timing["batch_size"]), int(timing["threads"])
+    inputs = sample_inputs(sidecar, batch)
+    ort_model = OrtModel(network, threads=n)
     previous = torch.get_num_threads()
-    torch.set_num_threads(threads)
+    torch.set_num_threads(n)
     try:
-        ref = _in_batches(lambda b: torch_logits(module, b), inputs)
-        got = _in_batches(ort_model, inputs)
-        batch = fixed_batch(inputs, batch_size)
-        t_torch = median_ms(lambda: torch_logits(module, batch), repeats)
-        t_ort = median_ms(lambda: ort_model(batch), repeats)
+        ref, got = torch_logits(module, inputs), ort_model(inputs)
+        t_torch = median_ms(lambda: torch_logits(module, inputs), int(timing["repeats"]))
+        t_ort = median_ms(lambda: ort_model(inputs), int(timing["repeats"]))
     finally:
         torch.set_num_threads(previous)
-    accuracy = None
-    if labels and classes:
-        truth = np.asarray(labels)
-        names = np.asarray(classes)
-        a_torch = float(np.mean(names[ref.argmax(axis=1)] == truth))
-        a_export = float(np.mean(names[got.argmax(axis=1)] == truth))
-        accuracy = {
-            "torch": round(a_torch, 6),
-            "exported": round(a_export, 6),
-            "delta": round(a_export - a_torch, 6),
-        }
     return {
-        "latency_ms": {"torch": round(t_torch, 4), "exported": round(t_ort, 4)},
-        "speedup": round(t_torch / t_ort, 3) if t_ort > 0 else None,
+        "compared": "logits",
         "max_abs_diff": float(np.max(np.abs(ref - got))) if ref.size else 0.0,
-        "accuracy": accuracy,
-        "test_rows": len(labels),
-        "latency_batch": batch_size,
-        "threads": threads,
+        "accuracy": None,
+        "latency_path": "encoded sample inputs -> logits (torch vs onnxruntime)",
+        "latency": {str(batch): {"handler_ms": round(t_torch, 4), "exported_ms": round(t_ort, 4)}},
+        "latency_ms": {"handler": round(t_torch, 4), "exported": round(t_ort, 4)},
+        "speedup": round(t_torch / t_ort, 3) if t_ort > 0 else None,
+        "latency_batch": batch,
+        "threads": n,
     }
+
+
+def _open_modes(root: Path) -> None:
+    """Let a server running as another user read the export (temp files start 0600/0700)."""
+    os.chmod(root, DIR_MODE)
+    for path in root.rglob("*"):
+        os.chmod(path, DIR_MODE if path.is_dir() else FILE_MODE)
 
 
 def _write_report(path: Path, report: Mapping[str, Any]) -> None:
