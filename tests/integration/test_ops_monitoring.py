@@ -104,11 +104,25 @@ def env(churn_model: dict[str, Any], live_server: Callable[..., Any]) -> Iterato
     create_deployment("churn@champion", name="churn-shift")
     create_deployment("churn@champion", name="churn-idle")
     server = live_server(reconcile_interval_s=0.2)
+    # The jobs worker on a thread of the serving process, as `aifab serve` hosts it: it runs
+    # the retraining jobs of the closed loop.
+    from aifab.jobs.worker import Worker
+
+    worker = Worker()
+    stop_worker = threading.Event()
+    worker_thread = threading.Thread(target=worker.run, args=(stop_worker,), daemon=True)
+    worker_thread.start()
     _, secret = create_key("admin", name="ops-test")
     client = httpx.Client(
         base_url=server.url, headers={"authorization": f"Bearer {secret}"}, timeout=60
     )
-    yield {"client": client, "hook": f"http://127.0.0.1:{hook.server_address[1]}/hook"}
+    yield {
+        "client": client,
+        "hook": f"http://127.0.0.1:{hook.server_address[1]}/hook",
+        "worker": worker.id,
+    }
+    stop_worker.set()
+    worker_thread.join(timeout=30)
     client.close()
     hook.shutdown()
     hook.server_close()
@@ -329,12 +343,8 @@ def _policy(**gate: Any) -> dict[str, Any]:
 
 
 def run_policy(name: str) -> dict[str, Any]:
-    """``aifab policy run NAME`` in its own process, as an operator (or a schedule) runs it.
-
-    Training jobs launched from this test process, which also hosts the live server's threads
-    and loaded models, die with SIGSEGV before their first line; a separate process is also
-    what users run.
-    """
+    """``aifab policy run NAME`` in its own process, as an operator runs it; the retraining
+    job it submits is run by the worker thread of this (serving) process."""
     import subprocess
     import sys
 
@@ -376,6 +386,7 @@ def test_gate_failure_changes_nothing_for_clients(env) -> None:
 def test_alert_retrain_gate_canary_promote(env, cli) -> None:
     from aifab.core.audit import AuditEvent
     from aifab.core.db import session_scope
+    from aifab.jobs.service import get_job
     from aifab.ops.policies import create_policy
     from aifab.track.registry import resolve_model
 
@@ -402,6 +413,8 @@ def test_alert_retrain_gate_canary_promote(env, cli) -> None:
         t.join(timeout=30)
     assert out["outcome"] == "promoted", out
     candidate = next(s["model"] for s in out["steps"] if s["step"] == "candidate")
+    job = get_job(next(s["job"] for s in out["steps"] if s["step"] == "retrain"))
+    assert [a["worker_id"] for a in job["attempts"]] == [env["worker"]]  # the server's worker
     steps = [s["step"] for s in out["steps"]]
     assert steps == ["trigger", "retrain", "candidate", "gate", "canary", "watch", "promote"]
     assert resolve_model("churn@champion")["version"] == int(candidate.split("@")[1]) != before
