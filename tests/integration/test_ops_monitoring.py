@@ -113,7 +113,7 @@ def env(churn_model: dict[str, Any], live_server: Callable[..., Any]) -> Iterato
     stop_worker = threading.Event()
     worker_thread = threading.Thread(target=worker.run, args=(stop_worker,), daemon=True)
     worker_thread.start()
-    _, secret = create_key("admin", name="ops-test")
+    _, secret = create_key("admin", name="ops-test", rate=None)  # traffic loops outrun 600/min
     client = httpx.Client(
         base_url=server.url, headers={"authorization": f"Bearer {secret}"}, timeout=60
     )
@@ -390,13 +390,14 @@ def test_gate_failure_changes_nothing_for_clients(env) -> None:
 
 
 def _labelled_requests(c: httpx.Client, deployment: str, rows: list[dict[str, Any]]) -> list:
-    """Predict ``rows`` one call each; return (request id, served label, serving model)."""
+    """Predict ``rows`` in calls of 10; return (request id, served labels, serving model)."""
     out = []
-    for row in rows:
-        r = c.post(f"/v1/predict/{deployment}", json={"records": [row]})
+    for i in range(0, len(rows), 10):
+        r = c.post(f"/v1/predict/{deployment}", json={"records": rows[i : i + 10]})
         assert r.status_code == 200, r.text
         body = r.json()
-        out.append((body["request_id"], body["predictions"][0]["label"], body["model"]))
+        labels = [p["label"] for p in body["predictions"]]
+        out.append((body["request_id"], labels, body["model"]))
     return out
 
 
@@ -418,13 +419,13 @@ def test_gate_scores_recent_labelled_traffic(env) -> None:
     served = _labelled_requests(c, "churn-labelled", rows)
     cand = load_served_model(candidate).handler
     theirs = [cand.encode(p)["label"] for p in cand.predict(cand.decode({"records": rows}))]
-    differ = sum(label != other for (_, label, _), other in zip(served, theirs, strict=True))
+    ours = [label for _, labels, _ in served for label in labels]
+    differ = sum(a != b for a, b in zip(ours, theirs, strict=True))
     assert differ > 0, "the candidate agrees with the champion on every row: nothing to test"
     # The truth that arrives later is what the champion said: it is right on all of them.
-    for rid, label, _ in served:
-        assert (
-            c.post("/v1/feedback", json={"request_id": rid, "labels": [label]}).status_code == 200
-        )
+    for rid, labels, _ in served:
+        fb = c.post("/v1/feedback", json={"request_id": rid, "labels": labels})
+        assert fb.status_code == 200
     spec = GateSpec.model_validate({"tolerance": 0.0, "traffic": {"min_labels": len(rows)}})
     result, basis = evaluate_gate(candidate, champion, spec, "churn-labelled")
     traffic = basis["traffic"]
@@ -500,9 +501,10 @@ def test_canary_worse_on_labelled_feedback_is_rolled_back(env) -> None:
         rows = records()
         i = 0
         while not stop.is_set():
-            for rid, label, model in _labelled_requests(c, "churn", rows[i % len(rows) :][:2]):
-                truth = label if model == primary else ("stay" if label == "churn" else "churn")
-                c.post("/v1/feedback", json={"request_id": rid, "labels": [truth]})
+            for rid, labels, model in _labelled_requests(c, "churn", rows[i % len(rows) :][:2]):
+                wrong = ["stay" if label == "churn" else "churn" for label in labels]
+                truth = labels if model == primary else wrong
+                c.post("/v1/feedback", json={"request_id": rid, "labels": truth})
             i += 2
 
     t = threading.Thread(target=traffic, daemon=True)
