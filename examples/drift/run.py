@@ -90,9 +90,8 @@ def main() -> None:
         json_out=True,
     )
     server = subprocess.Popen(
-        # --no-worker: the retraining job runs in the `aifab policy run` process (a job started
-        # by the worker thread of `aifab serve` died with SIGSEGV here; see the closing note).
-        [sys.executable, "-m", "aifab", "serve", "--port", str(args.port), "--no-worker"],
+        # The server's own jobs worker runs the retraining job the policy submits.
+        [sys.executable, "-m", "aifab", "serve", "--port", str(args.port)],
         env=env,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,

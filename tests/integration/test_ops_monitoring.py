@@ -10,6 +10,7 @@ import hashlib
 import hmac
 import json
 import threading
+import time
 from collections.abc import Callable, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -104,11 +105,25 @@ def env(churn_model: dict[str, Any], live_server: Callable[..., Any]) -> Iterato
     create_deployment("churn@champion", name="churn-shift")
     create_deployment("churn@champion", name="churn-idle")
     server = live_server(reconcile_interval_s=0.2)
-    _, secret = create_key("admin", name="ops-test")
+    # The jobs worker on a thread of the serving process, as `aifab serve` hosts it: it runs
+    # the retraining jobs of the closed loop.
+    from aifab.jobs.worker import Worker
+
+    worker = Worker()
+    stop_worker = threading.Event()
+    worker_thread = threading.Thread(target=worker.run, args=(stop_worker,), daemon=True)
+    worker_thread.start()
+    _, secret = create_key("admin", name="ops-test", rate=None)  # traffic loops outrun 600/min
     client = httpx.Client(
         base_url=server.url, headers={"authorization": f"Bearer {secret}"}, timeout=60
     )
-    yield {"client": client, "hook": f"http://127.0.0.1:{hook.server_address[1]}/hook"}
+    yield {
+        "client": client,
+        "hook": f"http://127.0.0.1:{hook.server_address[1]}/hook",
+        "worker": worker.id,
+    }
+    stop_worker.set()
+    worker_thread.join(timeout=30)
     client.close()
     hook.shutdown()
     hook.server_close()
@@ -322,19 +337,20 @@ def _policy(**gate: Any) -> dict[str, Any]:
             "config": str(EXAMPLES / "quickstart" / "train.yaml"),
             "overrides": ["epochs=8"],
         },
-        "gate": {"tolerance": 0.5, "fairness": {"sensitive": "country"}, **gate},
+        "gate": {
+            "tolerance": 0.5,
+            "fairness": {"sensitive": "country"},
+            "traffic": {"min_labels": 10},
+            **gate,
+        },
         "canary": {"weight": 50, "window_s": 2, "min_requests": 5, "max_wait_s": 60},
         "cooldown_s": 0,
     }
 
 
 def run_policy(name: str) -> dict[str, Any]:
-    """``aifab policy run NAME`` in its own process, as an operator (or a schedule) runs it.
-
-    Training jobs launched from this test process, which also hosts the live server's threads
-    and loaded models, die with SIGSEGV before their first line; a separate process is also
-    what users run.
-    """
+    """``aifab policy run NAME`` in its own process, as an operator runs it; the retraining
+    job it submits is run by the worker thread of this (serving) process."""
     import subprocess
     import sys
 
@@ -373,9 +389,146 @@ def test_gate_failure_changes_nothing_for_clients(env) -> None:
     assert _served_model(c) == served
 
 
+def _labelled_requests(c: httpx.Client, deployment: str, rows: list[dict[str, Any]]) -> list:
+    """Predict ``rows`` in calls of 10; return (request id, served labels, serving model)."""
+    out = []
+    for i in range(0, len(rows), 10):
+        r = c.post(f"/v1/predict/{deployment}", json={"records": rows[i : i + 10]})
+        assert r.status_code == 200, r.text
+        body = r.json()
+        labels = [p["label"] for p in body["predictions"]]
+        out.append((body["request_id"], labels, body["model"]))
+    return out
+
+
+def test_gate_scores_recent_labelled_traffic(env) -> None:
+    from aifab.inference.loading import load_served_model
+    from aifab.ops.gate import evaluate_gate
+    from aifab.ops.policy_spec import GateSpec
+    from aifab.track.registry import resolve_model
+
+    c = env["client"]
+    champion = f"churn@{resolve_model('churn@champion')['version']}"
+    candidate = f"churn@{resolve_model('churn@challenger')['version']}"  # the strict run's
+    create_deployment("churn@champion", name="churn-labelled")
+    deadline = time.monotonic() + 60
+    while c.post("/v1/predict/churn-labelled", json={"records": records()[:1]}).status_code != 200:
+        assert time.monotonic() < deadline, "churn-labelled never came up"
+        time.sleep(0.2)
+    rows = records()
+    served = _labelled_requests(c, "churn-labelled", rows)
+    cand = load_served_model(candidate).handler
+    theirs = [cand.encode(p)["label"] for p in cand.predict(cand.decode({"records": rows}))]
+    ours = [label for _, labels, _ in served for label in labels]
+    differ = sum(a != b for a, b in zip(ours, theirs, strict=True))
+    assert differ > 0, "the candidate agrees with the champion on every row: nothing to test"
+    # The truth that arrives later is what the champion said: it is right on all of them.
+    for rid, labels, _ in served:
+        fb = c.post("/v1/feedback", json={"request_id": rid, "labels": labels})
+        assert fb.status_code == 200
+    spec = GateSpec.model_validate({"tolerance": 0.0, "traffic": {"min_labels": len(rows)}})
+    result, basis = evaluate_gate(candidate, champion, spec, "churn-labelled")
+    traffic = basis["traffic"]
+    assert traffic["used"] and traffic["labelled"] == len(rows)
+    assert traffic["champion"]["accuracy"] == 1.0
+    assert traffic["candidate"]["accuracy"] == pytest.approx(1 - differ / len(rows))
+    check = next(ch for ch in result.checks if ch.name == "accuracy_recent_traffic")
+    assert not check.passed and not result.passed and "champion 1.0000" in check.detail
+    # Too few labels: the record says so and only the hold-out is judged.
+    spec = GateSpec.model_validate({"tolerance": 1.0, "traffic": {"min_labels": len(rows) + 1}})
+    result, basis = evaluate_gate(candidate, champion, spec, "churn-labelled")
+    assert not basis["traffic"]["used"] and "hold-out only" in basis["traffic"]["why"]
+    assert [ch.name for ch in result.checks] == ["accuracy"] and result.passed
+
+
+def test_failed_retraining_alerts_and_changes_nothing_for_clients(env) -> None:
+    from aifab.ops.alerts import list_alerts
+    from aifab.ops.policies import create_policy
+    from aifab.track.registry import resolve_model
+
+    c = env["client"]
+    before = resolve_model("churn@champion")["version"]
+    served = _served_model(c)
+    policy = _policy()
+    # A broken recipe config that validates but fails in the job (MLP has no such option).
+    policy["retrain"]["overrides"] = ["epochs=1", "model.config={nonsense: 1}"]
+    policy["sinks"] = [{"type": "webhook", "url": env["hook"], "secret_env": "OPS_HOOK_SECRET"}]
+    create_policy("broken", policy)
+    seen = len(Hook.received)
+    out = run_policy("broken")
+    assert out["outcome"] == "failed" and out["why"].startswith("retraining failed: job "), out
+    assert [s["step"] for s in out["steps"]] == ["trigger", "retrain", "alert"]
+    notes = [n for n in Hook.received[seen:] if n["body"]["group"] == "churn"]
+    assert len(notes) == 1 and notes[0]["ok"]
+    [alert] = notes[0]["body"]["alerts"]
+    assert (alert["rule"], alert["monitor"], alert["state"]) == (
+        "retrain_failed",
+        "policy:broken",
+        "firing",
+    )
+    assert out["why"] in alert["message"]
+    assert [a["rule"] for a in list_alerts("firing") if a["monitor"] == "policy:broken"] == [
+        "retrain_failed"
+    ]
+    again = run_policy("broken")  # fails again: the same alert, not a second notice
+    assert again["outcome"] == "failed"
+    assert len([n for n in Hook.received[seen:] if n["body"]["group"] == "churn"]) == 1
+    assert resolve_model("churn@champion")["version"] == before
+    assert c.get("/v1/deployments/churn").json()["canary"] is None
+    assert _served_model(c) == served
+
+
+def test_canary_worse_on_labelled_feedback_is_rolled_back(env) -> None:
+    from aifab.ops.policies import create_policy
+    from aifab.track.registry import resolve_model
+
+    c = env["client"]
+    before = resolve_model("churn@champion")["version"]
+    primary = _served_model(c)
+    policy = _policy()
+    policy["canary"] = {
+        "weight": 50,
+        "window_s": 120,
+        "min_requests": 5,
+        "max_wait_s": 120,
+        "quality": {"min_labels": 5, "tolerance": 0.1},
+    }
+    create_policy("quality-watch", policy)
+    stop = threading.Event()
+
+    def traffic() -> None:
+        # Labels arrive right after each answer: the primary's were right, the canary's wrong.
+        rows = records()
+        i = 0
+        while not stop.is_set():
+            for rid, labels, model in _labelled_requests(c, "churn", rows[i % len(rows) :][:2]):
+                wrong = ["stay" if label == "churn" else "churn" for label in labels]
+                truth = labels if model == primary else wrong
+                c.post("/v1/feedback", json={"request_id": rid, "labels": truth})
+            i += 2
+
+    t = threading.Thread(target=traffic, daemon=True)
+    t.start()
+    try:
+        out = run_policy("quality-watch")
+    finally:
+        stop.set()
+        t.join(timeout=30)
+    assert out["outcome"] == "rolled_back", out
+    watch = next(s for s in out["steps"] if s["step"] == "watch")
+    assert watch["decision"] == "rollback" and "canary accuracy 0.000" in watch["why"]
+    q = watch["quality"]
+    assert q["canary"] == 0.0 and q["primary"] == 1.0 and q["canary_labels"] >= 5
+    assert "canary accuracy" in out["why"]
+    assert resolve_model("churn@champion")["version"] == before
+    assert c.get("/v1/deployments/churn").json()["canary"] is None
+    assert _served_model(c) == primary
+
+
 def test_alert_retrain_gate_canary_promote(env, cli) -> None:
     from aifab.core.audit import AuditEvent
     from aifab.core.db import session_scope
+    from aifab.jobs.service import get_job
     from aifab.ops.policies import create_policy
     from aifab.track.registry import resolve_model
 
@@ -402,9 +555,14 @@ def test_alert_retrain_gate_canary_promote(env, cli) -> None:
         t.join(timeout=30)
     assert out["outcome"] == "promoted", out
     candidate = next(s["model"] for s in out["steps"] if s["step"] == "candidate")
+    job = get_job(next(s["job"] for s in out["steps"] if s["step"] == "retrain"))
+    assert [a["worker_id"] for a in job["attempts"]] == [env["worker"]]  # the server's worker
     steps = [s["step"] for s in out["steps"]]
     assert steps == ["trigger", "retrain", "candidate", "gate", "canary", "watch", "promote"]
     assert resolve_model("churn@champion")["version"] == int(candidate.split("@")[1]) != before
+    gate = next(s for s in out["steps"] if s["step"] == "gate")
+    assert gate["traffic"]["used"] and gate["traffic"]["labelled"] >= 10
+    assert "accuracy_recent_traffic" in [ch["name"] for ch in gate["checks"]]
     assert candidate in answered  # the canary really served clients
     assert "error" not in str(answered)
     with session_scope() as s:

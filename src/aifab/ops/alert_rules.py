@@ -12,7 +12,17 @@ import operator
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-__all__ = ["Breach", "Plan", "Rule", "Silence", "default_rules", "evaluate", "fingerprint", "plan"]
+__all__ = [
+    "DEFAULT_REPEAT_INTERVAL_S",
+    "Breach",
+    "Plan",
+    "Rule",
+    "Silence",
+    "default_rules",
+    "evaluate",
+    "fingerprint",
+    "plan",
+]
 
 _OPS: dict[str, Callable[[float, float], bool]] = {
     ">": operator.gt,
@@ -114,6 +124,12 @@ class Plan:
     fire: list[tuple[Breach, bool]] = field(default_factory=list)  # (breach, silenced)
     repeat: list[tuple[str, Breach]] = field(default_factory=list)  # (fingerprint, breach)
     resolve: list[str] = field(default_factory=list)  # fingerprints
+    #: Firing alerts still breached whose last notice is older than their repeat interval.
+    renotify: list[str] = field(default_factory=list)  # fingerprints
+
+
+#: Re-send a still-firing alert after this long by default (Alertmanager's repeat_interval).
+DEFAULT_REPEAT_INTERVAL_S = 4 * 3600.0
 
 
 def plan(
@@ -124,6 +140,8 @@ def plan(
     now: float,
     *,
     judged: Sequence[str] | None = None,
+    last_sent: Mapping[str, float] | None = None,
+    repeat_after: Mapping[str, float | None] | None = None,
 ) -> Plan:
     """Compare this evaluation's breaches with the alerts firing for ``monitor``.
 
@@ -135,6 +153,9 @@ def plan(
         now: the time of the evaluation.
         judged: rules whose values this result had (a rule it could not judge, e.g. drift of a
             window with no traffic, neither fires nor resolves); None: every rule was judged.
+        last_sent: fingerprint -> when the firing alert was last notified (fired or re-sent).
+        repeat_after: rule -> seconds after which a still-breached firing alert is notified
+            again (None or missing: never); a repeat sooner than that only folds into it.
     """
     out = Plan()
     seen = set()
@@ -143,6 +164,10 @@ def plan(
         seen.add(fp)
         if fp in firing:
             out.repeat.append((fp, b))
+            interval = (repeat_after or {}).get(b.rule)
+            sent = (last_sent or {}).get(fp)
+            if interval is not None and sent is not None and now - sent >= interval:
+                out.renotify.append(fp)
         else:
             muted = any(s.matches(b.rule, monitor, now) for s in silences)
             out.fire.append((b, muted))

@@ -10,18 +10,22 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from aifab.core.actor import current_actor
 from aifab.core.audit import record_event
 from aifab.core.db import session_scope
 from aifab.core.errors import InvalidInputError, NotFoundError
-from aifab.ops.alert_rules import Breach, Silence, fingerprint, plan
+from aifab.ops.alert_rules import DEFAULT_REPEAT_INTERVAL_S, Breach, Silence, fingerprint, plan
 from aifab.ops.sinks import SINKS
-from aifab.ops.tables import AlertEventRow, AlertRow, SilenceRow
+from aifab.ops.tables import AlertEventRow, AlertRow, MonitorRow, SilenceRow
 
 __all__ = ["alert_history", "list_alerts", "list_silences", "process_breaches", "silence_alerts"]
+
+
+#: Alert events that mean "the sinks were told it fires".
+_NOTICES = ("fired", "renotified")
 
 
 def _alert(row: AlertRow) -> dict[str, Any]:
@@ -51,9 +55,32 @@ def _silences(s: Session, now: float) -> list[Silence]:
     return [Silence(r.rule, r.monitor, r.until) for r in rows]
 
 
+def _repeat_after(s: Session, monitor: str, rules: Sequence[str]) -> dict[str, float | None]:
+    """Rule -> its repeat interval: the monitor's spec, else the default (policy alerts)."""
+    row = s.get(MonitorRow, monitor)
+    spec = row.spec if row is not None else {}
+    default = spec.get("repeat_interval_s", DEFAULT_REPEAT_INTERVAL_S)
+    per_rule = spec.get("repeat_intervals") or {}
+    return {rule: per_rule.get(rule, default) for rule in rules}
+
+
+def _last_sent(s: Session, rows: Sequence[AlertRow]) -> dict[str, float]:
+    """Fingerprint -> when each firing alert was last notified (fired or re-sent)."""
+    by_id = {r.id: r.fingerprint for r in rows}
+    if not by_id:
+        return {}
+    q = (
+        select(AlertEventRow.alert_id, func.max(AlertEventRow.ts))
+        .where(AlertEventRow.alert_id.in_(by_id), AlertEventRow.kind.in_(_NOTICES))
+        .group_by(AlertEventRow.alert_id)
+    )
+    return {by_id[alert_id]: float(ts) for alert_id, ts in s.execute(q)}
+
+
 def _apply(
     s: Session, monitor: str, group: str, breaches: Sequence[Breach], judged: Sequence[str] | None
-) -> list[AlertRow]:
+) -> list[tuple[AlertRow, bool]]:
+    """Store one evaluation; return the rows to notify (``True``: a re-sent firing alert)."""
     now = time.time()
     open_rows = {
         r.fingerprint: r
@@ -68,8 +95,10 @@ def _apply(
         _silences(s, now),
         now,
         judged=judged,
+        last_sent=_last_sent(s, list(open_rows.values())),
+        repeat_after=_repeat_after(s, monitor, [b.rule for b in breaches]),
     )
-    changed: list[AlertRow] = []
+    changed: list[tuple[AlertRow, bool]] = []
     for b, muted in p.fire:
         row = AlertRow(
             fingerprint=fingerprint(b.rule, monitor),
@@ -89,17 +118,22 @@ def _apply(
         s.flush()
         _event(s, row.id, "silenced" if muted else "fired", {"message": b.message}, now)
         if not muted:
-            changed.append(row)
+            changed.append((row, False))
     for fp, b in p.repeat:
         row = open_rows[fp]
         row.count, row.last_at, row.value, row.message = row.count + 1, now, b.value, b.message
         _event(s, row.id, "repeated", {"message": b.message}, now)
+    for fp in p.renotify:
+        row = open_rows[fp]
+        if not row.silenced:
+            _event(s, row.id, "renotified", {"message": row.message, "count": row.count}, now)
+            changed.append((row, True))
     for fp in p.resolve:
         row = open_rows[fp]
         row.state, row.resolved_at = "resolved", now
         _event(s, row.id, "resolved", {}, now)
         if not row.silenced:
-            changed.append(row)
+            changed.append((row, False))
     return changed
 
 
@@ -114,14 +148,19 @@ def process_breaches(
     """Apply one evaluation of ``monitor``'s rules and notify ``sinks`` of what changed.
 
     New alerts and resolutions of one evaluation go out as one notification (grouped by the
-    deployment); repeats of a firing alert fold into it; silenced alerts are recorded, not sent.
+    deployment); repeats of a firing alert fold into it, and it is sent again (``renotified``)
+    once its monitor's ``repeat_interval_s`` (or the rule's own) has passed since its last
+    notice; silenced alerts are recorded, not sent.
     Each delivery (or failed delivery, after retries) is an alert-history event.
 
     Returns:
-        The alerts that fired or resolved (and were notified).
+        The alerts that fired, were re-sent or resolved (and were notified).
     """
     with session_scope() as s:
-        changed = [_alert(r) for r in _apply(s, monitor, group, breaches, judged)]
+        changed = [
+            {**_alert(r), "renotified": again}
+            for r, again in _apply(s, monitor, group, breaches, judged)
+        ]
     if changed:
         _notify(group, changed, sinks)
     return changed

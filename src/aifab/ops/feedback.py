@@ -1,4 +1,9 @@
-"""Feedback: labels that arrive (possibly long) after a prediction, keyed by its request id."""
+"""Feedback: labels that arrive (possibly long) after a prediction, keyed by its request id.
+
+:func:`record_feedback` stores them; :func:`labelled_traffic` joins them to the request log's
+rows (what came in, what was predicted, which model version answered) for the gate and the
+canary watch of the closed loop.
+"""
 
 from __future__ import annotations
 
@@ -15,7 +20,7 @@ from aifab.core.errors import InvalidInputError
 from aifab.inference.tables import RequestLogRow
 from aifab.ops.tables import FeedbackRow
 
-__all__ = ["record_feedback"]
+__all__ = ["labelled_traffic", "record_feedback"]
 
 MAX_LABELS = 10_000
 
@@ -48,3 +53,36 @@ def record_feedback(request_id: str, labels: Sequence[Any]) -> dict[str, Any]:
         )
         record_event(s, "feedback.record", f"request:{rid}", {"labels": len(labels)})
     return {"request_id": rid, "labels": len(labels), "matched": matched}
+
+
+def labelled_traffic(deployment: str, since: float, limit: int = 20_000) -> list[dict[str, Any]]:
+    """Logged prediction rows of ``deployment`` since ``since`` whose labels arrived.
+
+    Returns:
+        Oldest first, the newest ``limit`` at most: ``{"record": input row, "label": true label,
+        "predicted": the served label or None, "model": NAME@VERSION that answered}``.
+    """
+    from aifab.ops.window import load_feedback, load_window
+
+    rows = [r for r in load_window(deployment, since, time.time() + 1.0) if r.get("request_id")]
+    labels = load_feedback([str(r["request_id"]) for r in rows])
+    out: list[dict[str, Any]] = []
+    for row in rows:
+        inp, res = row.get("input") or {}, row.get("output") or {}
+        records = inp.get("records") if isinstance(inp, dict) else None
+        preds = res.get("predictions") if isinstance(res, dict) else None
+        for i, rec in enumerate(records if isinstance(records, list) else []):
+            truth = labels.get((str(row["request_id"]), i))
+            if truth is None or not isinstance(rec, dict):
+                continue
+            pred = preds[i] if isinstance(preds, list) and i < len(preds) else None
+            label = pred.get("label") if isinstance(pred, dict) else None
+            out.append(
+                {
+                    "record": rec,
+                    "label": truth,
+                    "predicted": None if label is None else str(label),
+                    "model": row.get("model_version"),
+                }
+            )
+    return out[-limit:]

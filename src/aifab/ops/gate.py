@@ -1,7 +1,8 @@
 """The evaluation gate's measurements: accuracy, fairness and latency of a model on hold-out rows.
 
 Both the champion and the candidate are loaded as served (the same handler code as the server)
-and scored on the same rows; fairness comes from fairlearn over the declared sensitive column.
+and scored on the same rows, hold-out and recent labelled traffic of the deployment (request
+log joined with feedback); fairness comes from fairlearn over the declared sensitive column.
 The judgement itself is :func:`aifab.ops.retrain_policy.gate`.
 """
 
@@ -15,10 +16,13 @@ import numpy as np
 import pyarrow as pa
 
 from aifab.core.errors import AifabError, InvalidInputError
-from aifab.ops.policy_spec import FairnessBound, GateSpec
+from aifab.ops.policy_spec import FairnessBound, GateSpec, RecentTrafficSpec
 from aifab.ops.retrain_policy import GateResult, gate
 
 __all__ = ["evaluate_gate", "measure_model"]
+
+#: The truth column of labelled traffic (a name no input column has).
+_TRUTH = "__aifab_label__"
 
 
 def _predict_all(handler: Any, records: list[dict[str, Any]]) -> list[str]:
@@ -104,18 +108,53 @@ def measure_model(
     return out
 
 
+def _recent_traffic(
+    candidate: str, champion: str, deployment: str | None, spec: RecentTrafficSpec
+) -> tuple[tuple[dict[str, Any] | None, dict[str, Any]] | None, dict[str, Any]]:
+    """Both models scored on ``deployment``'s recent labelled requests, if there are enough.
+
+    Returns:
+        ``(champion, candidate)`` measures for the gate (None: not judged) and the record of
+        what was done and why.
+    """
+    from aifab.ops.feedback import labelled_traffic
+
+    if not spec.enabled or deployment is None:
+        return None, {"used": False, "why": "disabled"}
+    rows = labelled_traffic(deployment, time.time() - spec.window_s, limit=spec.max_rows)
+    info: dict[str, Any] = {"labelled": len(rows), "min_labels": spec.min_labels}
+    if len(rows) < spec.min_labels:
+        why = f"only {len(rows)} labelled requests (< {spec.min_labels}): hold-out only"
+        return None, {**info, "used": False, "why": why}
+    try:
+        table = pa.Table.from_pylist([{**r["record"], _TRUTH: r["label"]} for r in rows])
+    except (pa.ArrowInvalid, pa.ArrowTypeError) as exc:  # a column logged with mixed types
+        return None, {**info, "used": False, "why": f"logged rows unusable: {exc}"}
+    try:
+        cand = measure_model(candidate, table, _TRUTH)
+    except AifabError as exc:
+        cand = {"error": exc.message}
+    try:
+        champ: dict[str, Any] | None = measure_model(champion, table, _TRUTH)
+    except AifabError as exc:
+        champ = {"error": exc.message}
+    info.update(used=True, candidate=cand, champion=champ)
+    return (champ if champ and "error" not in champ else None, cand), info
+
+
 def evaluate_gate(
-    candidate: str, champion: str, spec: GateSpec
+    candidate: str, champion: str, spec: GateSpec, deployment: str | None = None
 ) -> tuple[GateResult, dict[str, Any]]:
     """Measure ``candidate`` and ``champion`` on the hold-out rows and judge the candidate.
 
     The hold-out set is ``spec.holdout`` or the candidate's own training data, rows of split
     ``spec.holdout_split``. A candidate that cannot load or be scored fails the gate; a champion
-    that cannot be measured leaves only the bounds to meet.
+    that cannot be measured leaves only the bounds to meet. With ``deployment``, both are also
+    scored on its recent requests whose labels arrived (``spec.traffic``), when there are enough.
 
     Returns:
         The judgement and what it was based on (``holdout``, ``candidate``, ``champion``
-        measures, or ``error``).
+        measures and ``traffic``, or ``error``).
     """
     from aifab.ops.reference import _training_dataset, load_reference
 
@@ -145,11 +184,14 @@ def evaluate_gate(
             "demographic_parity_difference": spec.fairness.max_demographic_parity_difference,
             "equalized_odds_difference": spec.fairness.max_equalized_odds_difference,
         }
+    traffic, traffic_info = _recent_traffic(candidate, champion, deployment, spec.traffic)
     result = gate(
         champ if champ and "error" not in champ else None,
         cand,
         tolerance=spec.tolerance,
         fairness=fairness,
         latency_p99_ms=spec.latency_p99_ms,
+        traffic=traffic,
     )
-    return result, {"holdout": holdout.dataset, "candidate": cand, "champion": champ}
+    basis = {"holdout": holdout.dataset, "candidate": cand, "champion": champ}
+    return result, {**basis, "traffic": traffic_info}

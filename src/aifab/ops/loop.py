@@ -15,8 +15,8 @@ from aifab.core.db import session_scope
 from aifab.core.errors import AifabError
 from aifab.core.registry import load_target
 from aifab.ops.policies import _get, last_started
-from aifab.ops.policy_spec import PolicySpec
-from aifab.ops.retrain_policy import GateResult, canary_decision, may_promote, trigger
+from aifab.ops.policy_spec import CanaryQualitySpec, PolicySpec
+from aifab.ops.retrain_policy import GateResult, Quality, canary_decision, may_promote, trigger
 from aifab.ops.tables import PolicyRunRow
 
 __all__ = ["dry_run", "run_policy"]
@@ -113,9 +113,21 @@ def dry_run(name: str) -> dict[str, Any]:
         f"gate against {spec.model}@{champion['version']} ({spec.champion_alias}): accuracy >= "
         f"champion - {spec.gate.tolerance:g}"
         + (f", fairness on {spec.gate.fairness.sensitive}" if spec.gate.fairness else "")
-        + (f", p99 <= {spec.gate.latency_p99_ms:g} ms" if spec.gate.latency_p99_ms else ""),
+        + (f", p99 <= {spec.gate.latency_p99_ms:g} ms" if spec.gate.latency_p99_ms else "")
+        + (
+            f"; also on recent labelled traffic of {spec.deployment} if >= "
+            f"{spec.gate.traffic.min_labels} labels"
+            if spec.gate.traffic.enabled
+            else ""
+        ),
         f"canary at {spec.canary.weight:g}% on {spec.deployment} for {spec.canary.window_s:g} s "
-        f"(>= {spec.canary.min_requests} requests, error rate <= {spec.canary.max_error_rate:g})",
+        f"(>= {spec.canary.min_requests} requests, error rate <= {spec.canary.max_error_rate:g}"
+        + (
+            f", labelled accuracy >= primary - {spec.canary.quality.tolerance:g}"
+            if spec.canary.quality.enabled
+            else ""
+        )
+        + ")",
         f"then promote (move {spec.model}@{spec.champion_alias}) or roll back",
     ]
     return {
@@ -133,9 +145,11 @@ def dry_run(name: str) -> dict[str, Any]:
 def run_policy(name: str, *, force: bool = False) -> dict[str, Any]:
     """Run the loop once: returns the history record (``outcome`` and ``why``).
 
-    Outcomes: ``skipped`` (no trigger, cool-down), ``failed`` (job or candidate failed),
-    ``gate_failed``, ``rolled_back``, ``promoted``. Clients see a change only in the last two
-    (the canary share, then the new champion); a failure anywhere changes nothing they see.
+    Outcomes: ``skipped`` (no trigger, cool-down), ``failed`` (the job failed, the candidate
+    cannot be evaluated or the gate crashed: an alert ``retrain_failed`` goes to the sinks),
+    ``gate_failed``, ``rolled_back`` (error rate, or labelled quality below the primary's),
+    ``promoted``. Clients see a change only in the last two (the canary share, then the new
+    champion); a failure anywhere changes nothing they see.
     """
     spec = _spec(name)
     ok, why, alerts = _trigger(name, spec)  # before this run's own row joins the history
@@ -146,12 +160,60 @@ def run_policy(name: str, *, force: bool = False) -> dict[str, Any]:
     try:
         candidate = _retrain(name, spec, rec)
     except AifabError as exc:
-        return rec.finish("failed", f"retraining failed: {exc.message}")
-    result = _gate(spec, candidate, rec)
+        return _failed(name, spec, rec, f"retraining failed: {exc.message}")
+    except Exception as exc:  # noqa: BLE001 - reported and alerted; never crashes the worker
+        return _failed(name, spec, rec, f"retraining crashed: {type(exc).__name__}: {exc}")
+    try:
+        result, basis = _gate(spec, candidate, rec)
+    except Exception as exc:  # noqa: BLE001 - a crashed gate promotes nothing; it alerts
+        return _failed(name, spec, rec, f"the gate crashed: {type(exc).__name__}: {exc}")
+    if "error" in basis:
+        why = f"candidate {candidate} could not be evaluated: {basis['error']}"
+        return _failed(name, spec, rec, why)
+    _resolve_failure(name, spec)
     if not may_promote(result):
         failed = [c.name for c in result.checks if not c.passed]
         return rec.finish("gate_failed", f"gate failed ({', '.join(failed)}): nothing changed")
     return _canary(spec, candidate, rec)
+
+
+#: The alert rule a failed retraining (job, candidate or gate) fires, on monitor ``policy:NAME``.
+RETRAIN_FAILED = "retrain_failed"
+
+
+def _sinks(spec: PolicySpec) -> list[dict[str, Any]]:
+    """The policy's own sinks, else its trigger monitor's, else the log."""
+    from aifab.ops.tables import MonitorRow
+
+    if spec.sinks is not None:
+        return [sink.model_dump() for sink in spec.sinks]
+    with session_scope() as s:
+        row = s.get(MonitorRow, spec.trigger.monitor)
+        sinks = list((row.spec or {}).get("sinks") or []) if row is not None else []
+    return sinks or [{"type": "log"}]
+
+
+def _failed(name: str, spec: PolicySpec, rec: _Record, why: str) -> dict[str, Any]:
+    """Finish as ``failed`` and alert through the sinks; clients are served as before."""
+    from aifab.ops.alert_rules import Breach
+    from aifab.ops.alerts import process_breaches
+
+    breach = Breach(RETRAIN_FAILED, 1.0, 0.0, "critical", f"policy {name}: {why}")
+    try:
+        sent = process_breaches(
+            f"policy:{name}", spec.deployment, [breach], _sinks(spec), judged=[RETRAIN_FAILED]
+        )
+        rec.step("alert", rule=RETRAIN_FAILED, why=why, alerts=[a["id"] for a in sent])
+    except Exception as exc:  # noqa: BLE001 - the failure is recorded even if alerting fails
+        rec.step("alert", rule=RETRAIN_FAILED, why=why, error=f"{type(exc).__name__}: {exc}")
+    return rec.finish("failed", why)
+
+
+def _resolve_failure(name: str, spec: PolicySpec) -> None:
+    """A retraining that got through the gate resolves the policy's failure alert, if firing."""
+    from aifab.ops.alerts import process_breaches
+
+    process_breaches(f"policy:{name}", spec.deployment, [], _sinks(spec), judged=[RETRAIN_FAILED])
 
 
 def _retrain(name: str, spec: PolicySpec, rec: _Record) -> str:
@@ -189,12 +251,13 @@ def _wait_job(job_id: str, timeout_s: float) -> dict[str, Any]:
     return job
 
 
-def _gate(spec: PolicySpec, candidate: str, rec: _Record) -> GateResult:
+def _gate(spec: PolicySpec, candidate: str, rec: _Record) -> tuple[GateResult, dict[str, Any]]:
     from aifab.ops.gate import evaluate_gate
 
-    result, basis = evaluate_gate(candidate, f"{spec.model}@{spec.champion_alias}", spec.gate)
+    champion = f"{spec.model}@{spec.champion_alias}"
+    result, basis = evaluate_gate(candidate, champion, spec.gate, spec.deployment)
     rec.step("gate", **result.as_dict(), **basis)
-    return result
+    return result, basis
 
 
 def _canary(spec: PolicySpec, candidate: str, rec: _Record) -> dict[str, Any]:
@@ -207,6 +270,7 @@ def _canary(spec: PolicySpec, candidate: str, rec: _Record) -> dict[str, Any]:
     while True:
         time.sleep(min(0.5, c.window_s / 4))
         requests, errors, failed = _canary_traffic(spec.deployment, candidate, started)
+        quality = _canary_quality(spec.deployment, candidate, started, c.quality)
         if failed:
             decision, why = "rollback", f"the canary failed to load: {failed}"
         else:
@@ -218,10 +282,12 @@ def _canary(spec: PolicySpec, candidate: str, rec: _Record) -> dict[str, Any]:
                 min_requests=c.min_requests,
                 max_error_rate=c.max_error_rate,
                 max_wait_s=c.max_wait_s,
+                quality=quality,
             )
         if decision != "wait":
             break
-    rec.step("watch", requests=requests, errors=errors, decision=decision, why=why)
+    watched = {"quality": quality.__dict__} if quality is not None else {}
+    rec.step("watch", requests=requests, errors=errors, decision=decision, why=why, **watched)
     if decision == "promote":
         promote_canary(spec.deployment)
         rec.step("promote", model=candidate, alias=spec.champion_alias)
@@ -248,3 +314,24 @@ def _canary_traffic(deployment: str, model: str, since: float) -> tuple[int, int
         )
         n, errs = s.execute(q).one()
     return int(n or 0), int(errs or 0), failed
+
+
+def _canary_quality(
+    deployment: str, candidate: str, since: float, spec: CanaryQualitySpec
+) -> Quality | None:
+    """Labelled accuracy of the canary and of the primary on the requests each served."""
+    from aifab.ops.feedback import labelled_traffic
+
+    if not spec.enabled:
+        return None
+    rows = [r for r in labelled_traffic(deployment, since) if r["predicted"] is not None]
+    canary = [r["predicted"] == r["label"] for r in rows if r["model"] == candidate]
+    primary = [r["predicted"] == r["label"] for r in rows if r["model"] != candidate]
+    return Quality(
+        canary=sum(canary) / len(canary) if canary else None,
+        canary_labels=len(canary),
+        primary=sum(primary) / len(primary) if primary else None,
+        primary_labels=len(primary),
+        min_labels=spec.min_labels,
+        tolerance=spec.tolerance,
+    )

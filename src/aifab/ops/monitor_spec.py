@@ -7,6 +7,7 @@ from typing import Literal
 from pydantic import Field, model_validator
 
 from aifab.core.config import StrictConfig
+from aifab.ops.alert_rules import DEFAULT_REPEAT_INTERVAL_S
 
 __all__ = ["DriftSpec", "MonitorSpec", "ObjectiveSpec", "QualitySpec", "RuleSpec", "SinkSpec"]
 
@@ -90,6 +91,21 @@ class MonitorSpec(StrictConfig):
         [SinkSpec()],
         description="Where alerts go (default: the log).",
     )
+    repeat_interval_s: float | None = Field(
+        DEFAULT_REPEAT_INTERVAL_S,
+        gt=0,
+        description="Re-send a still-firing alert after this long (null: never).",
+    )
+    repeat_intervals: dict[str, float] = Field(
+        {}, description="Per rule name: its own repeat interval in seconds."
+    )
+
+    @model_validator(mode="after")
+    def _positive_intervals(self) -> MonitorSpec:
+        bad = sorted(rule for rule, secs in self.repeat_intervals.items() if not secs > 0)
+        if bad:
+            raise ValueError(f"repeat_intervals: {bad[0]!r} needs a number of seconds > 0")
+        return self
 
     @model_validator(mode="after")
     def _known_tests(self) -> MonitorSpec:

@@ -7,8 +7,17 @@ from typing import Any
 from pydantic import Field
 
 from aifab.core.config import StrictConfig
+from aifab.ops.monitor_spec import SinkSpec
 
-__all__ = ["CanarySpec", "GateSpec", "PolicySpec", "RetrainSpec", "TriggerSpec"]
+__all__ = [
+    "CanaryQualitySpec",
+    "CanarySpec",
+    "GateSpec",
+    "PolicySpec",
+    "RecentTrafficSpec",
+    "RetrainSpec",
+    "TriggerSpec",
+]
 
 
 class TriggerSpec(StrictConfig):
@@ -39,6 +48,15 @@ class FairnessBound(StrictConfig):
     max_equalized_odds_difference: float | None = Field(None, ge=0, le=1, description="Bound.")
 
 
+class RecentTrafficSpec(StrictConfig):
+    """Recent labelled traffic the gate scores both models on, besides the hold-out set."""
+
+    enabled: bool = Field(True, description="Score recent labelled traffic when there is enough.")
+    window_s: float = Field(7 * 86400.0, gt=0, description="Request-log rows this recent.")
+    min_labels: int = Field(50, ge=1, description="Fewer labelled rows: the hold-out only.")
+    max_rows: int = Field(20_000, ge=1, description="Score at most this many (the newest).")
+
+
 class GateSpec(StrictConfig):
     """What a candidate must show against the champion before any client sees it."""
 
@@ -50,6 +68,15 @@ class GateSpec(StrictConfig):
     fairness: FairnessBound | None = Field(None, description="Fairness bounds.")
     latency_p99_ms: float | None = Field(None, gt=0, description="Single-row p99 objective (ms).")
     latency_calls: int = Field(50, ge=5, le=10_000, description="Calls timed for latency.")
+    traffic: RecentTrafficSpec = Field(default_factory=RecentTrafficSpec)
+
+
+class CanaryQualitySpec(StrictConfig):
+    """Accuracy of the canary vs the primary on the labelled requests each served."""
+
+    enabled: bool = Field(True, description="Watch quality from feedback labels.")
+    min_labels: int = Field(20, ge=1, description="Labels each side needs before judging.")
+    tolerance: float = Field(0.05, ge=0, le=1, description="Roll back below primary - this.")
 
 
 class CanarySpec(StrictConfig):
@@ -60,6 +87,7 @@ class CanarySpec(StrictConfig):
     min_requests: int = Field(20, ge=1, description="Canary requests needed to judge it.")
     max_error_rate: float = Field(0.05, ge=0, le=1, description="Roll back above this 5xx share.")
     max_wait_s: float = Field(600.0, gt=0, description="Give up (roll back) after this long.")
+    quality: CanaryQualitySpec = Field(default_factory=CanaryQualitySpec)
 
 
 class PolicySpec(StrictConfig):
@@ -73,3 +101,6 @@ class PolicySpec(StrictConfig):
     gate: GateSpec = Field(default_factory=GateSpec)
     canary: CanarySpec = Field(default_factory=CanarySpec)
     cooldown_s: float = Field(3600.0, ge=0, description="No new retraining sooner than this.")
+    sinks: list[SinkSpec] | None = Field(
+        None, description="Where failure alerts go (default: the trigger monitor's sinks)."
+    )

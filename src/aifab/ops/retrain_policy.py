@@ -10,7 +10,15 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-__all__ = ["Check", "GateResult", "canary_decision", "gate", "may_promote", "trigger"]
+__all__ = [
+    "Check",
+    "GateResult",
+    "Quality",
+    "canary_decision",
+    "gate",
+    "may_promote",
+    "trigger",
+]
 
 
 @dataclass(frozen=True)
@@ -62,6 +70,25 @@ def trigger(
     return True, f"alert(s) {names} firing"
 
 
+def _accuracy_check(
+    name: str,
+    champion: Mapping[str, float] | None,
+    candidate: Mapping[str, float],
+    tolerance: float,
+) -> Check:
+    acc = candidate.get("accuracy")
+    if acc is None:
+        return Check(name, False, "candidate could not be evaluated")
+    if champion is None or champion.get("accuracy") is None:
+        return Check(name, True, f"{acc:.4f} (no champion to compare)")
+    floor = champion["accuracy"] - tolerance
+    return Check(
+        name,
+        acc >= floor,
+        f"{acc:.4f} vs champion {champion['accuracy']:.4f} - {tolerance:g} = {floor:.4f}",
+    )
+
+
 def gate(
     champion: Mapping[str, float] | None,
     candidate: Mapping[str, float],
@@ -69,6 +96,7 @@ def gate(
     tolerance: float,
     fairness: Mapping[str, float | None] | None = None,
     latency_p99_ms: float | None = None,
+    traffic: tuple[Mapping[str, float] | None, Mapping[str, float]] | None = None,
 ) -> GateResult:
     """Judge a candidate's hold-out measures against the champion's and the bounds.
 
@@ -80,22 +108,12 @@ def gate(
         tolerance: how far accuracy may fall below the champion's.
         fairness: ``{"demographic_parity_difference": max, "equalized_odds_difference": max}``.
         latency_p99_ms: the p99 latency objective.
+        traffic: (champion, candidate) measures on recent labelled traffic, judged like the
+            hold-out (check ``accuracy_recent_traffic``); None: not enough labels, not judged.
     """
-    checks = []
-    acc = candidate.get("accuracy")
-    if acc is None:
-        checks.append(Check("accuracy", False, "candidate could not be evaluated"))
-    elif champion is None or champion.get("accuracy") is None:
-        checks.append(Check("accuracy", True, f"{acc:.4f} (no champion to compare)"))
-    else:
-        floor = champion["accuracy"] - tolerance
-        checks.append(
-            Check(
-                "accuracy",
-                acc >= floor,
-                f"{acc:.4f} vs champion {champion['accuracy']:.4f} - {tolerance:g} = {floor:.4f}",
-            )
-        )
+    checks = [_accuracy_check("accuracy", champion, candidate, tolerance)]
+    if traffic is not None:
+        checks.append(_accuracy_check("accuracy_recent_traffic", *traffic, tolerance))
     for name, bound in (fairness or {}).items():
         if bound is None:
             continue
@@ -111,6 +129,31 @@ def gate(
     return GateResult(tuple(checks))
 
 
+@dataclass(frozen=True)
+class Quality:
+    """Labelled accuracy of the canary and of the primary over the requests each served."""
+
+    canary: float | None
+    canary_labels: int
+    primary: float | None
+    primary_labels: int
+    min_labels: int
+    tolerance: float
+
+    def breached(self) -> str | None:
+        """Why the canary is worse than the primary beyond tolerance, or None."""
+        if min(self.canary_labels, self.primary_labels) < self.min_labels:
+            return None
+        if self.canary is None or self.primary is None:
+            return None
+        if self.canary >= self.primary - self.tolerance:
+            return None
+        return (
+            f"canary accuracy {self.canary:.3f} over {self.canary_labels} labels < primary "
+            f"{self.primary:.3f} over {self.primary_labels} - {self.tolerance:g}"
+        )
+
+
 Canary = Literal["wait", "promote", "rollback"]
 
 
@@ -123,11 +166,19 @@ def canary_decision(
     min_requests: int,
     max_error_rate: float,
     max_wait_s: float,
+    quality: Quality | None = None,
 ) -> tuple[Canary, str]:
-    """What to do with a canary after ``elapsed_s`` of watching."""
+    """What to do with a canary after ``elapsed_s`` of watching.
+
+    It is rolled back at once when its error rate exceeds ``max_error_rate`` over enough
+    requests, or when ``quality`` (labelled accuracy vs the primary's) is breached.
+    """
     rate = errors / requests if requests else 0.0
     if requests >= min_requests and rate > max_error_rate:
         return "rollback", f"error rate {rate:.3f} > {max_error_rate:g} over {requests} requests"
+    worse = quality.breached() if quality is not None else None
+    if worse is not None:
+        return "rollback", worse
     if elapsed_s < window_s:
         return "wait", f"watching ({elapsed_s:.0f}/{window_s:g} s)"
     if requests < min_requests:

@@ -155,3 +155,82 @@ def test_silence_mutes_new_and_firing_alerts(receiver) -> None:
     assert len(recv.received) == 1
     with pytest.raises(InvalidInputError, match="--rule and/or --monitor"):
         silence_alerts(duration_s=60)
+
+
+def test_plan_renotifies_a_firing_alert_after_its_interval_only() -> None:
+    b = Breach("data_drift", 1.0, 1.0, "warning", "m")
+    fp = fingerprint("data_drift", "mon")
+    firing = {fp: "data_drift"}
+
+    def renotify(now: float, interval: float | None) -> list[str]:
+        p = plan(
+            "mon",
+            [b],
+            firing,
+            [],
+            now,
+            last_sent={fp: 100.0},
+            repeat_after={"data_drift": interval},
+        )
+        assert p.repeat == [(fp, b)] and not p.fire  # still de-duplicated: no second alert
+        return p.renotify
+
+    assert renotify(159.0, 60.0) == []
+    assert renotify(160.0, 60.0) == [fp]
+    assert renotify(10_000.0, None) == []  # no interval: never re-sent
+
+
+def test_still_firing_alert_is_resent_after_repeat_interval_not_before(receiver) -> None:
+    from aifab.ops.monitors import create_monitor
+
+    url, recv = receiver
+    spec = {
+        "deployment": "churn",
+        "sinks": [_sink(url)],
+        "repeat_interval_s": 3.0,
+        "repeat_intervals": {"latency": 3600},  # a rule of its own: not within this test
+    }
+    create_monitor("watch", spec)
+    drift = Breach("data_drift", 1.0, 1.0, "warning", "dataset_drift = 1")
+    lat = Breach("latency", 90.0, 50.0, "warning", "latency_p99_ms = 90 > 50")
+    started = time.monotonic()
+    assert len(process_breaches("watch", "churn", [drift, lat], [_sink(url)])) == 2
+    assert process_breaches("watch", "churn", [drift, lat], [_sink(url)]) == []
+    assert time.monotonic() - started < 3.0, "the machine was too slow to check 'not before'"
+    assert len(recv.received) == 1
+    time.sleep(3.1)
+    again = process_breaches("watch", "churn", [drift, lat], [_sink(url)])
+    assert [(a["rule"], a["state"], a["renotified"]) for a in again] == [
+        ("data_drift", "firing", True)
+    ]
+    assert len(recv.received) == 2 and recv.received[1]["signature_ok"]
+    [note] = recv.received[1]["body"]["alerts"]
+    assert (note["rule"], note["renotified"], note["count"]) == ("data_drift", True, 3)
+    # the interval restarts at the re-sent notice: the next evaluation only folds in
+    assert process_breaches("watch", "churn", [drift, lat], [_sink(url)]) == []
+    assert len(recv.received) == 2
+    assert len(list_alerts("firing")) == 2  # still one alert per rule
+    kinds = [e["event"] for e in alert_history() if e["rule"] == "data_drift"]
+    assert kinds.count("renotified") == 1 and kinds.count("fired") == 1
+
+
+def test_silenced_alert_is_not_resent(receiver) -> None:
+    from aifab.ops.monitors import create_monitor
+
+    url, recv = receiver
+    create_monitor("quiet", {"deployment": "d", "sinks": [_sink(url)], "repeat_interval_s": 0.1})
+    b = Breach("errors", 0.5, 0.1, "critical", "x")
+    process_breaches("quiet", "d", [b], [_sink(url)])
+    silence_alerts(monitor="quiet", duration_s=3600)
+    time.sleep(0.2)
+    assert process_breaches("quiet", "d", [b], [_sink(url)]) == []
+    assert len(recv.received) == 1
+
+
+def test_bad_repeat_interval_is_refused_naming_it() -> None:
+    from aifab.ops.monitors import create_monitor
+
+    with pytest.raises(InvalidInputError, match="repeat_interval"):
+        create_monitor("bad", {"deployment": "d", "repeat_interval_s": 0})
+    with pytest.raises(InvalidInputError, match="repeat_intervals.*'latency'"):
+        create_monitor("bad", {"deployment": "d", "repeat_intervals": {"latency": -5}})

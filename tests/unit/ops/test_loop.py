@@ -37,3 +37,27 @@ def test_no_alert_no_retraining() -> None:
     out = run_policy("q")
     assert out["outcome"] == "skipped" and "no firing alert" in out["why"]
     assert [s["step"] for s in out["steps"]] == ["trigger"]
+
+
+def test_failed_retraining_fires_one_alert_to_the_sinks(caplog) -> None:
+    import logging
+
+    from aifab.ops.alerts import alert_history, list_alerts
+
+    create_policy("r", _policy(cooldown_s=0))  # its config names a dataset that does not exist
+    process_breaches("m", "churn", [Breach("data_drift", 1, 1, "warning", "x")], [])
+    with caplog.at_level(logging.WARNING, logger="aifab.ops.alerts"):
+        out = run_policy("r")
+    assert out["outcome"] == "failed" and [s["step"] for s in out["steps"]] == [
+        "trigger",
+        "alert",
+    ]
+    [alert] = [a for a in list_alerts("firing") if a["monitor"] == "policy:r"]
+    assert alert["rule"] == "retrain_failed" and alert["severity"] == "critical"
+    assert "no_such_data" in alert["message"]
+    logged = [r.getMessage() for r in caplog.records if "retrain_failed" in r.getMessage()]
+    assert len(logged) == 1 and "policy:r" in logged[0]  # no monitor 'm' spec: the log sink
+    run_policy("r")  # the same failure again folds into the firing alert
+    assert len([a for a in list_alerts("firing") if a["monitor"] == "policy:r"]) == 1
+    events = [e["event"] for e in alert_history(alert["id"])]
+    assert events.count("delivered") == 1 and "repeated" in events

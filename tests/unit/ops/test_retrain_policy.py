@@ -2,7 +2,14 @@
 
 from __future__ import annotations
 
-from aifab.ops.retrain_policy import GateResult, canary_decision, gate, may_promote, trigger
+from aifab.ops.retrain_policy import (
+    GateResult,
+    Quality,
+    canary_decision,
+    gate,
+    may_promote,
+    trigger,
+)
 
 A = {"state": "firing", "rule": "data_drift", "silenced": False}
 
@@ -60,3 +67,46 @@ def test_canary_decisions() -> None:
     assert canary_decision(requests=5, errors=0, elapsed_s=100, **kw)[0] == "wait"
     d, why = canary_decision(requests=5, errors=0, elapsed_s=301, **kw)
     assert d == "rollback" and "only 5 canary requests" in why
+
+
+def test_gate_judges_recent_labelled_traffic_like_the_holdout() -> None:
+    cand = {"accuracy": 0.80}
+    ok = gate(
+        {"accuracy": 0.80}, cand, tolerance=0.02, traffic=({"accuracy": 0.7}, {"accuracy": 0.69})
+    )
+    assert ok.passed and [c.name for c in ok.checks] == ["accuracy", "accuracy_recent_traffic"]
+    worse = gate(
+        {"accuracy": 0.80}, cand, tolerance=0.02, traffic=({"accuracy": 0.9}, {"accuracy": 0.8})
+    )
+    assert not worse.passed
+    [failed] = [c for c in worse.checks if not c.passed]
+    assert failed.name == "accuracy_recent_traffic" and "champion 0.9000" in failed.detail
+    # the candidate could not be scored on the logged rows: it does not pass
+    assert not gate(None, cand, tolerance=1, traffic=(None, {"error": 1.0})).passed
+    # not enough labels (None): only the hold-out is judged
+    assert [c.name for c in gate(None, cand, tolerance=0, traffic=None).checks] == ["accuracy"]
+
+
+def test_canary_rolled_back_on_labelled_quality_only_with_enough_labels() -> None:
+    kw = {"window_s": 60, "min_requests": 20, "max_error_rate": 0.05, "max_wait_s": 300}
+
+    def q(canary: float, n: int, primary: float | None = 0.9, m: int = 50) -> Quality:
+        return Quality(canary, n, primary, m, min_labels=20, tolerance=0.05)
+
+    d, why = canary_decision(requests=30, errors=0, elapsed_s=10, quality=q(0.80, 25), **kw)
+    assert d == "rollback" and why.startswith("canary accuracy 0.800 over 25 labels < primary")
+    assert (
+        canary_decision(requests=30, errors=0, elapsed_s=10, quality=q(0.80, 19), **kw)[0] == "wait"
+    )
+    assert (
+        canary_decision(requests=30, errors=0, elapsed_s=10, quality=q(0.2, 25, m=10), **kw)[0]
+        == "wait"
+    )
+    assert (
+        canary_decision(requests=30, errors=0, elapsed_s=61, quality=q(0.86, 25), **kw)[0]
+        == "promote"
+    )
+    no_labels = q(0.0, 0, None, 0)
+    assert canary_decision(requests=30, errors=0, elapsed_s=61, quality=no_labels, **kw)[0] == (
+        "promote"
+    )

@@ -1,22 +1,24 @@
 """The local executor: every replica is a process group on this machine, with its own log and GPUs.
 
 A replica starts in a new session (so a stop reaches its children too) and, on Linux, dies with
-the thread that started it (``PR_SET_PDEATHSIG``): run the worker loop in a thread that lives as
-long as its attempts. A worker that finds a dead worker's attempt on this host kills what is left
-of it by process group (:meth:`LocalExecutor.reap`).
+the thread that started it (``PR_SET_PDEATHSIG``, set by the :mod:`~aifab.jobs.executors.deathsig`
+trampoline after exec): run the worker loop in a thread that lives as long as its attempts. A
+worker that finds a dead worker's attempt on this host kills what is left of it by process group
+(:meth:`LocalExecutor.reap`).
 """
 
 from __future__ import annotations
 
-import ctypes
+import errno
 import os
+import shutil
 import signal
 import socket
 import subprocess
 import sys
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from aifab.jobs.detect import machine_resources
@@ -36,39 +38,33 @@ from aifab.jobs.executors.procs import (
 )
 from aifab.jobs.policy import Node
 
-_PR_SET_PDEATHSIG = 1
 #: Seconds the other replicas of a failed gang get after SIGTERM before SIGKILL.
 GANG_GRACE_S = 5.0
 _TICK_S = 0.02
 #: Seconds to wait for killed process groups to vanish before giving up on them.
 _KILL_WAIT_S = 10.0
+_TRAMPOLINE = str(Path(__file__).with_name("deathsig.py"))
 
 
-def _load_prctl() -> Callable[..., int] | None:
-    # Resolved in the parent: the child must not load libraries between fork and exec.
+def _command(argv: list[str], cwd: str | None, env: dict[str, str]) -> list[str]:
+    """``argv`` behind the death-signal trampoline (Linux), checked to exist first.
+
+    Raises:
+        FileNotFoundError: the command is not found or not executable (as Popen would say;
+            behind the trampoline the failure would otherwise only show in the replica's log).
+    """
+    cmd = argv[0]
+    if os.sep in cmd:  # relative to the replica's working directory, as exec resolves it
+        path = os.path.join(cwd or ".", cmd)
+        found = os.path.isfile(path) and os.access(path, os.X_OK)
+    else:
+        found = shutil.which(cmd, path=env.get("PATH", os.defpath)) is not None
+    if not found:
+        raise FileNotFoundError(errno.ENOENT, "no such executable", cmd)
     if not sys.platform.startswith("linux"):
-        return None
-    try:
-        prctl: Callable[..., int] = ctypes.CDLL(None, use_errno=True).prctl
-    except (OSError, AttributeError):
-        return None
-    return prctl
-
-
-_PRCTL = _load_prctl()
-
-
-def _child_setup(parent_pid: int) -> Callable[[], None]:
-    """What a replica runs between fork and exec: a new session, and death with the worker."""
-
-    def setup() -> None:
-        os.setsid()
-        if _PRCTL is not None:
-            _PRCTL(_PR_SET_PDEATHSIG, int(signal.SIGKILL))
-            if os.getppid() != parent_pid:  # the worker died before prctl took effect
-                os.kill(os.getpid(), signal.SIGKILL)
-
-    return setup
+        return argv
+    # -I -S: the trampoline needs only the standard library; it starts in milliseconds.
+    return [sys.executable, "-I", "-S", _TRAMPOLINE, str(os.getpid()), *argv]
 
 
 @dataclass
@@ -204,13 +200,15 @@ class LocalExecutor:
         env = {**os.environ, **rl.env, "CUDA_VISIBLE_DEVICES": ",".join(gpus)}
         with open(rl.log_path, "ab") as log:
             proc = subprocess.Popen(
-                launch.argv,
+                _command(list(launch.argv), launch.workdir, env),
                 cwd=launch.workdir,
                 env=env,
                 stdin=subprocess.DEVNULL,
                 stdout=log,
                 stderr=subprocess.STDOUT,
-                preexec_fn=_child_setup(os.getpid()),
+                # setsid in C, PR_SET_PDEATHSIG after exec (deathsig.py): a preexec_fn would run
+                # Python between fork and exec in this threaded process.
+                start_new_session=True,
             )
         return _Replica(rl.rank, proc, time.monotonic(), len(gpus))
 
