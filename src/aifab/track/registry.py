@@ -64,6 +64,12 @@ def parse_ref(ref: str) -> tuple[str, str | None]:
     return _check_model_name(name), (selector or None)
 
 
+def canonical_ref(ref: str) -> str:
+    """``ref`` in aifab's own form: ``models:/NAME/3`` is ``NAME@3`` (an alias stays one)."""
+    name, selector = parse_ref(ref)
+    return f"{name}@{selector}" if selector else name
+
+
 def _version_dict(mv: Any) -> dict[str, Any]:
     return {
         "name": mv.name,

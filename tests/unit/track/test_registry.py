@@ -62,6 +62,11 @@ def test_mlflow_model_uris_name_the_same_versions(runs: list[str]) -> None:
     from aifab.inference.loading import resolve_source  # what a deployment's source goes through
 
     assert resolve_source("models:/reg-u@champion") == "reg-u@1"
+    from aifab.inference.deployment_settings import check_source, default_name
+
+    assert check_source("models:/reg-u@champion") == "reg-u@champion"  # still follows the alias
+    assert check_source("models:/reg-u/2") == "reg-u@2"
+    assert default_name("models:/reg-u/2") == "reg-u"
     for bad in ("models:/reg-u/champion", "models:/reg-u/", "models:/reg-u/1/x"):
         with pytest.raises(InvalidInputError, match="expected models:/NAME/VERSION"):
             resolve_model(bad)
