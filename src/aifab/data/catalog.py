@@ -329,7 +329,9 @@ def commit_staged(
         meta["num_bytes"] += base.num_bytes
     result = _record(name, digest, objects, meta, parents, description)
     got = result.version.version
-    if result.created and got != predicted:  # a concurrent writer took the predicted number
+    # A concurrent writer took the predicted number (or committed these rows first): the file
+    # this commit wrote names the version that lists it. A file others wrote keeps its stamp.
+    if got != predicted:
         lake.restamp_object(con, key, stamp, lake.object_metadata(name, got, meta["schema"]))
     return result
 
