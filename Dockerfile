@@ -14,13 +14,16 @@ ARG AIFAB_EXTRAS=ray,k8s,postgres
 RUN pip install --index-url "${TORCH_INDEX}" torch==2.13.0
 
 COPY dist/aifab-*.whl /tmp/wheels/
+# The wheel's file name pins aifab's version; its dependencies follow its own metadata.
+# hadolint ignore=DL3013
 RUN set -eu; whl="$(ls /tmp/wheels/aifab-*.whl)"; \
     pip install "${whl}[${AIFAB_EXTRAS}]"; rm -rf /tmp/wheels
 
 # Jobs run as a non-root user; mount the shared workspace (AIFAB_HOME) at the same path as on
 # the workers so checkpoints survive attempts.
-RUN useradd --create-home --uid 1000 aifab
-USER aifab
+# A numeric USER: Kubernetes' runAsNonRoot can check only a numeric one.
+RUN useradd --create-home --uid 1000 --user-group aifab
+USER 1000:1000
 WORKDIR /home/aifab
 ENV AIFAB_HOME=/home/aifab/.aifab
 ENTRYPOINT []

@@ -76,21 +76,21 @@ ops.register(app)
 
 def main() -> None:
     """Entry point: run the app and turn known errors into one line and an exit code."""
-    from aifab.core.errors import AifabError
-
     debug = "--debug" in sys.argv or os.environ.get("AIFAB_DEBUG") == "1"
     try:
         app()
-    except AifabError as exc:
-        if debug:
-            raise
-        error_line(exc.message)
-        sys.exit(exc.exit_code)
     except KeyboardInterrupt:
         error_line("interrupted")
         sys.exit(130)
     except Exception as exc:  # noqa: BLE001 - the last line of defence for users
         if debug:
             raise
+        # Imported only here: aifab.core's package face pulls sqlalchemy and pydantic-settings,
+        # which would double the start time of `aifab --help`.
+        from aifab.core.errors import AifabError
+
+        if isinstance(exc, AifabError):
+            error_line(exc.message)
+            sys.exit(exc.exit_code)
         error_line(f"{type(exc).__name__}: {exc} (run with --debug for the traceback)")
         sys.exit(1)

@@ -41,6 +41,7 @@ def register(app: typer.Typer) -> None:
         """Run a pipeline's steps in order, skipping those whose inputs have not changed."""
         from aifab.pipeline import run_pipeline
 
+        _check_example_path(pipeline)
         result = run_pipeline(pipeline, force=force, only=only)
         if as_json:
             print_json(result.to_dict())
@@ -70,17 +71,22 @@ def register(app: typer.Typer) -> None:
 
 
 def _quickstart() -> Path:
-    """The shipped quickstart pipeline (examples/ beside src/ in a source checkout)."""
-    import aifab
-    from aifab.core.errors import NotFoundError
+    """The shipped quickstart pipeline (a checkout's examples/, else the wheel's copy)."""
+    from aifab.pipeline.examples import example_pipeline
 
-    path = Path(aifab.__file__).resolve().parents[2] / "examples" / "quickstart" / "pipeline.yaml"
-    if not path.is_file():
-        raise NotFoundError(
-            f"quickstart example not found at {path}: 'aifab demo' needs a source checkout "
-            "of aifab (the examples/ directory is not installed with the package)"
-        )
-    return path
+    return example_pipeline("quickstart")
+
+
+def _check_example_path(pipeline: Path) -> None:
+    """A README command (``aifab run examples/...``) typed outside a checkout names the copy."""
+    if pipeline.exists() or pipeline.parts[:1] != ("examples",):
+        return
+    from aifab.core.errors import NotFoundError
+    from aifab.pipeline.examples import examples_dir
+
+    shipped = examples_dir().joinpath(*pipeline.parts[1:])
+    hint = f"; the installed copy is: aifab run {shipped}" if shipped.is_file() else ""
+    raise NotFoundError(f"{pipeline}: file not found in {Path.cwd()}{hint}")
 
 
 def _exit_on_failure(result: RunResult) -> None:

@@ -303,7 +303,9 @@ def commit_staged(
         found = _existing(s, name, digest)
     if found is not None:
         if lake.object_key(obj_digest) in found.objects:
-            lake.put_object(staged, obj_digest, con)  # checks the stored object, repairs it
+            # Checks the stored object; a repair writes it again, stamped as that version.
+            stamp = lake.object_metadata(name, found.version, found.schema)
+            lake.put_object(staged, obj_digest, con, stamp)
         staged.unlink(missing_ok=True)
         return CommitResult(found, created=False)
     rel = lake.scan_sql_paths([staged])
@@ -311,18 +313,38 @@ def commit_staged(
         "schema": _describe(con, rel),
         "profile": {},
         "num_rows": 0,
-        "num_bytes": staged.stat().st_size,
+        "num_bytes": 0,
         "source": source,
         "transform": transform,
     }
     meta["num_rows"] = pq.read_metadata(staged).num_rows + (base.num_rows if base else 0)
-    key = lake.put_object(staged, obj_digest, con)
+    predicted = _next_version(name)
+    stamp = lake.object_metadata(name, predicted, meta["schema"])
+    key = lake.put_object(staged, obj_digest, con, stamp)
+    meta["num_bytes"] = lake.object_path(key).stat().st_size
     objects = [*(base.objects if base else ()), key]
     if meta["num_rows"] <= EAGER_PROFILE_MAX_ROWS:
         meta["profile"] = profile_relation(con, lake.scan_sql(objects))
     if base is not None:
         meta["num_bytes"] += base.num_bytes
-    return _record(name, digest, objects, meta, parents, description)
+    result = _record(name, digest, objects, meta, parents, description)
+    got = result.version.version
+    # A concurrent writer took the predicted number (or committed these rows first): the file
+    # this commit wrote names the version that lists it. A file others wrote keeps its stamp.
+    if got != predicted:
+        lake.restamp_object(con, key, stamp, lake.object_metadata(name, got, meta["schema"]))
+    return result
+
+
+def _next_version(name: str) -> int:
+    """The number the next version of ``name`` gets unless a concurrent writer takes it."""
+    with session_scope() as s:
+        top = s.scalar(
+            select(func.max(VersionRow.version))
+            .join(DatasetRow, DatasetRow.id == VersionRow.dataset_id)
+            .where(DatasetRow.name == name)
+        )
+    return (top or 0) + 1
 
 
 def commit_query(
@@ -338,8 +360,10 @@ def commit_query(
     """Run ``select_sql`` in DuckDB, stage its result as Parquet and commit it (see above)."""
     con = con or lake.connect()
     staged = lake.staging_path()
+    # Stamped as it is written (commit_staged checks the stamp and rewrites only on a miss).
+    stamp = lake.object_metadata(name, _next_version(name), _describe(con, f"({select_sql})"))
     try:
-        lake.copy_to_parquet(con, select_sql, staged)
+        lake.copy_to_parquet(con, select_sql, staged, stamp)
         return commit_staged(
             name,
             staged,

@@ -2,17 +2,20 @@
 
 A dataset version is an ordered list of objects (usually one; appends add more). Objects are
 staged in ``tmp/`` and moved into ``lake/objects/`` by an atomic rename named after their content
-hash, so a crash never leaves a partial object where a reader can see it.
+hash, so a crash never leaves a partial object where a reader can see it. Each object names the
+dataset version that wrote it in its Parquet key-value metadata (:func:`object_metadata`).
 """
 
 from __future__ import annotations
 
 import hashlib
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 import duckdb
+import pyarrow.parquet as pq
 
 from aifab.core.audit import audited
 from aifab.core.errors import InvalidInputError, first_line
@@ -22,6 +25,10 @@ from aifab.core.workspace import get_workspace
 
 #: Rows per hashing batch; any value gives the same digest (the stream is row by row).
 _HASH_BATCH = 1 << 20
+#: Parquet key-value metadata keys of a lake object (see :func:`object_metadata`).
+META_DATASET = "aifab.dataset"
+META_VERSION = "aifab.version"
+META_SCHEMA_HASH = "aifab.schema_hash"
 
 
 def connect(sandboxed: bool = False) -> duckdb.DuckDBPyConnection:
@@ -94,12 +101,101 @@ def staging_path(suffix: str = ".parquet") -> Path:
     return get_workspace().tmp / f"{new_id('stage')}{suffix}"
 
 
-def copy_to_parquet(con: duckdb.DuckDBPyConnection, select_sql: str, dest: Path) -> None:
-    """Stream the result of ``select_sql`` into a Parquet file (bounded memory)."""
+def copy_to_parquet(
+    con: duckdb.DuckDBPyConnection,
+    select_sql: str,
+    dest: Path,
+    metadata: Mapping[str, str] | None = None,
+) -> None:
+    """Stream the result of ``select_sql`` into a Parquet file (bounded memory).
+
+    Args:
+        con: the DuckDB connection to run it on.
+        select_sql: the query whose rows are written, in order.
+        dest: the file to write.
+        metadata: key-value metadata for the file's footer (see :func:`object_metadata`).
+    """
+    kv = ""
+    if metadata:
+        pairs = ", ".join(f"{sql_string(k)}: {sql_string(v)}" for k, v in metadata.items())
+        kv = f", KV_METADATA {{{pairs}}}"
     con.execute(
         f"COPY ({select_sql}) TO {sql_string(str(dest))} "
-        "(FORMAT parquet, COMPRESSION zstd, ROW_GROUP_SIZE 122880)"
+        f"(FORMAT parquet, COMPRESSION zstd, ROW_GROUP_SIZE 122880{kv})"
     )
+
+
+def object_metadata(
+    dataset: str, version: int, schema: Sequence[Mapping[str, Any]]
+) -> dict[str, str]:
+    """The Parquet key-value metadata of an object written for ``dataset@version``.
+
+    Objects are content-addressed and shared: an append's version lists its base's objects
+    too, and the same rows committed again (to any dataset) reuse the stored file. So the
+    metadata names the version whose commit wrote the file (the first to have these rows),
+    not every version that lists it: the catalog records those.
+
+    Args:
+        dataset: the dataset's name.
+        version: the version number the commit got.
+        schema: the version's columns as the catalog records them (``name`` and ``type``).
+
+    Returns:
+        ``aifab.dataset``, ``aifab.version`` and ``aifab.schema_hash`` (SHA-256 of the
+        ``name:type;`` column list) as strings.
+    """
+    columns = "".join(f"{c['name']}:{c['type']};" for c in schema)
+    return {
+        META_DATASET: dataset,
+        META_VERSION: str(version),
+        META_SCHEMA_HASH: hashlib.sha256(columns.encode()).hexdigest(),
+    }
+
+
+def _carries(path: Path, metadata: Mapping[str, str]) -> bool:
+    found = pq.read_metadata(path).metadata or {}
+    return all(found.get(k.encode()) == v.encode() for k, v in metadata.items())
+
+
+def _stamped_copy(con: duckdb.DuckDBPyConnection, path: Path, metadata: Mapping[str, str]) -> Path:
+    """A staged copy of the Parquet file ``path`` (same rows, same order) with ``metadata``."""
+    staged = staging_path()
+    try:
+        copy_to_parquet(con, f"SELECT * FROM {scan_sql_paths([path])}", staged, metadata)
+    except BaseException:
+        staged.unlink(missing_ok=True)
+        raise
+    return staged
+
+
+def _place(staged: Path, target: Path) -> None:
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with open(staged, "rb") as fh:
+        os.fsync(fh.fileno())
+    os.replace(staged, target)
+
+
+def restamp_object(
+    con: duckdb.DuckDBPyConnection,
+    key: str,
+    expected: Mapping[str, str],
+    metadata: Mapping[str, str],
+) -> bool:
+    """Give the object ``key`` new metadata if it still carries ``expected``; say if it did.
+
+    For a commit that stamped the object with the version number it predicted and then got
+    another (a concurrent writer took the number). An object another commit wrote keeps its
+    stamp. The rows, hence the key, do not change; the file is replaced atomically.
+    """
+    path = object_path(key)
+    if not _carries(path, expected):
+        return False
+    staged = _stamped_copy(con, path, metadata)
+    try:
+        _place(staged, path)
+    finally:
+        staged.unlink(missing_ok=True)
+    return True
 
 
 def content_hash(con: duckdb.DuckDBPyConnection, files: Sequence[Path]) -> str:
@@ -143,12 +239,18 @@ def object_problem(con: duckdb.DuckDBPyConnection, key: str) -> str | None:
     return None
 
 
-def put_object(staged: Path, digest: str, con: duckdb.DuckDBPyConnection | None = None) -> str:
+def put_object(
+    staged: Path,
+    digest: str,
+    con: duckdb.DuckDBPyConnection | None = None,
+    metadata: Mapping[str, str] | None = None,
+) -> str:
     """Move a staged Parquet file into the lake under its digest; return its key.
 
     An object already stored under that digest is reused only after its rows are checked
     against the digest (with ``con``); a corrupt or unreadable one is replaced by the staged
-    file, whose rows are known to hash to ``digest``.
+    file, whose rows are known to hash to ``digest``. A file that is placed carries
+    ``metadata`` (restamped first if the staged file lacks it); a reused one keeps its own.
     """
     key = object_key(digest)
     target = object_path(key)
@@ -156,10 +258,14 @@ def put_object(staged: Path, digest: str, con: duckdb.DuckDBPyConnection | None 
     if target.exists() and problem is None:
         staged.unlink(missing_ok=True)
         return key
-    target.parent.mkdir(parents=True, exist_ok=True)
-    with open(staged, "rb") as fh:
-        os.fsync(fh.fileno())
-    os.replace(staged, target)
+    if metadata and not _carries(staged, metadata):
+        stamped = _stamped_copy(con or connect(), staged, metadata)
+        staged.unlink(missing_ok=True)
+        staged = stamped
+    try:
+        _place(staged, target)
+    finally:
+        staged.unlink(missing_ok=True)
     if problem is not None:
         audited("lake.object.repair", f"object:{key}", {"problem": problem})
     return key

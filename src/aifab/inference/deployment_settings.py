@@ -51,15 +51,27 @@ def is_path(source: str) -> bool:
     The same rule as ``aifab.inference.loading`` uses, so the server reads a source as stored:
     a bare name is always a registry ref, even if a directory of that name exists here.
     """
+    if source.startswith("models:/"):  # MLflow's registry URI (track.registry.MODELS_URI)
+        return False
     return "/" in source or "\\" in source or source.startswith((".", "~"))
+
+
+def _registry_form(source: str) -> str:
+    """MLflow's ``models:/NAME/VERSION`` or ``models:/NAME@ALIAS`` as aifab's ``NAME@...``."""
+    if not source.startswith("models:/"):
+        return source
+    from aifab.track.registry import canonical_ref
+
+    return canonical_ref(source)
 
 
 def check_source(source: str, field: str = "model") -> str:
     """Validate a model source and return it as stored (a directory becomes absolute).
 
     Args:
-        source: ``NAME[@VERSION|@ALIAS]`` in the registry, ``builtin:all-minilm-l6-v2``, or a
-            local model directory (``./dir`` or an absolute path).
+        source: ``NAME[@VERSION|@ALIAS]`` in the registry (or MLflow's ``models:/NAME/VERSION``,
+            stored as ``NAME@VERSION``), ``builtin:all-minilm-l6-v2``, or a local model
+            directory (``./dir`` or an absolute path).
         field: the setting being checked, for messages.
 
     Raises:
@@ -68,7 +80,7 @@ def check_source(source: str, field: str = "model") -> str:
     """
     if not isinstance(source, str) or not source.strip():
         raise InvalidInputError(f"{field}: a model source is required (NAME@ALIAS, a dir...)")
-    source = source.strip()
+    source = _registry_form(source.strip())
     if source.startswith("builtin:"):
         if source not in BUILTIN_MODELS:
             raise InvalidInputError(
@@ -113,6 +125,7 @@ def model_dir_under_roots(source: str, field: str = "model") -> Path:
 
 def default_name(source: str) -> str:
     """The deployment name a source gets by default: its model name, lower-cased."""
+    source = _registry_form(source)
     if source.startswith("builtin:"):
         base = source.partition(":")[2]
     elif is_path(source):

@@ -45,7 +45,12 @@ class LoadedModel:
 
 def _is_path(source: str) -> bool:
     # Registry names never hold a path separator nor start with a dot or a tilde. A bare name
-    # is always a registry ref, even if a directory of that name happens to be here.
+    # is always a registry ref, even if a directory of that name happens to be here; so is
+    # MLflow's models:/NAME/VERSION, slashes and all.
+    from aifab.track.registry import MODELS_URI
+
+    if source.startswith(MODELS_URI):
+        return False
     return os.sep in source or "/" in source or source.startswith((".", "~"))
 
 

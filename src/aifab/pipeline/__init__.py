@@ -6,6 +6,7 @@ outputs, and skips steps whose inputs have not changed; :data:`STEPS` maps step 
 
 from __future__ import annotations
 
+from aifab.pipeline.examples import example_pipeline, examples_dir
 from aifab.pipeline.runner import RunResult, StepResult, run_pipeline
 from aifab.pipeline.spec import (
     PipelineSpec,
@@ -28,4 +29,6 @@ __all__ = [
     "StepSpec",
     "load_pipeline",
     "run_pipeline",
+    "example_pipeline",
+    "examples_dir",
 ]

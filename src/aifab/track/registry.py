@@ -1,7 +1,8 @@
 """The model registry on MLflow: register run artifacts as versions, aliases, resolve, download.
 
 A model reference is ``NAME`` (the latest version), ``NAME@3`` (a version) or ``NAME@champion``
-(an alias). Registering and moving aliases are audited with the acting user.
+(an alias); MLflow's URIs ``models:/NAME/3`` and ``models:/NAME@champion`` name the same.
+Registering and moving aliases are audited with the acting user.
 """
 
 from __future__ import annotations
@@ -33,12 +34,40 @@ def _check_model_name(name: str) -> str:
     return names.check_name(name, "model")
 
 
+#: MLflow's model URI scheme; ``models:/NAME/VERSION`` is how artifacts point at a version.
+MODELS_URI = "models:/"
+
+
+def model_uri(name: str, version: int) -> str:
+    """The MLflow model URI of a version, ``models:/NAME/VERSION`` (a pinned reference)."""
+    return f"{MODELS_URI}{name}/{version}"
+
+
 def parse_ref(ref: str) -> tuple[str, str | None]:
-    """Split ``NAME[@VERSION|@ALIAS]`` into the name and the selector (None: latest)."""
-    name, sep, selector = ref.strip().partition("@")
+    """Split ``NAME[@VERSION|@ALIAS]`` into the name and the selector (None: latest).
+
+    MLflow's ``models:/NAME/VERSION`` (or ``/latest``) and ``models:/NAME@ALIAS`` are read too.
+    """
+    text = ref.strip()
+    if text.startswith(MODELS_URI):
+        text = text.removeprefix(MODELS_URI)
+        name, slash, version = text.partition("/")
+        if slash:
+            if not (version.isdigit() or version == "latest"):
+                raise InvalidInputError(
+                    f"model ref {ref!r}: expected models:/NAME/VERSION or models:/NAME@ALIAS"
+                )
+            text = f"{name}@{version}"
+    name, sep, selector = text.partition("@")
     if sep and (not selector or "@" in selector):
         raise InvalidInputError(f"model ref {ref!r}: expected NAME, NAME@VERSION or NAME@ALIAS")
     return _check_model_name(name), (selector or None)
+
+
+def canonical_ref(ref: str) -> str:
+    """``ref`` in aifab's own form: ``models:/NAME/3`` is ``NAME@3`` (an alias stays one)."""
+    name, selector = parse_ref(ref)
+    return f"{name}@{selector}" if selector else name
 
 
 def _version_dict(mv: Any) -> dict[str, Any]:

@@ -100,8 +100,9 @@ def model_directory(base: str, key: str = "base") -> Path:
     """The local directory of a base model: a directory, ``NAME[@VERSION]`` or ``hf:org/name``.
 
     Args:
-        base: the directory, the registered model reference (downloaded once, cached), or a
-            Hugging Face Hub model as ``hf:org/name``.
+        base: the directory, the registered model reference (``NAME[@VERSION|@ALIAS]`` or
+            ``models:/NAME/VERSION``; downloaded once, cached), or a Hugging Face Hub model as
+            ``hf:org/name``.
         key: the config key named in errors.
 
     Raises:
@@ -109,14 +110,15 @@ def model_directory(base: str, key: str = "base") -> Path:
     """
     if base.startswith(HUB_PREFIX):
         return _from_hub(base.removeprefix(HUB_PREFIX), key)
-    path = Path(base).expanduser()
-    if path.is_dir():
-        return path
-    looks_like_path = any(sep in base for sep in ("/", "\\")) or base.startswith((".", "~"))
-    if path.exists() or looks_like_path:
-        raise InvalidInputError(f"{key}: {base} is not a model directory (no such directory)")
-    from aifab.track.registry import download_model
+    from aifab.track.registry import MODELS_URI, download_model
 
+    if not base.startswith(MODELS_URI):  # a registry URI is no path, despite its slashes
+        path = Path(base).expanduser()
+        if path.is_dir():
+            return path
+        looks_like_path = any(sep in base for sep in ("/", "\\")) or base.startswith((".", "~"))
+        if path.exists() or looks_like_path:
+            raise InvalidInputError(f"{key}: {base} is not a model directory (no such directory)")
     try:
         return download_model(base)
     except (NotFoundError, InvalidInputError) as exc:

@@ -132,6 +132,20 @@ def test_help_does_not_import_heavy_libraries() -> None:
     assert out.stdout.strip() == "[]"
 
 
+def test_help_through_main_does_not_import_heavy_libraries() -> None:
+    # main() itself (the console script), not just the app: its error handling must not pull
+    # aifab.core's package face (sqlalchemy, pydantic-settings) before a command needs it.
+    code = (
+        "import sys; sys.argv = ['aifab', '--help']; from aifab.cli.main import main\n"
+        "try:\n    main()\nexcept SystemExit:\n    pass\n"
+        "heavy = [m for m in ('duckdb', 'sqlalchemy', 'pydantic_settings', 'pyarrow', 'torch') "
+        "if m in sys.modules]; print(heavy, file=sys.stderr)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert "Usage" in out.stdout
+    assert out.stderr.strip().splitlines()[-1] == "[]"
+
+
 def test_unexpected_error_is_one_line_and_debug_shows_traceback(cli, tmp_path: Path) -> None:
     r = cli("data", "show", "nope")
     assert r.exit_code == 1

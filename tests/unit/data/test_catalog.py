@@ -9,6 +9,7 @@ import textwrap
 import time
 from pathlib import Path
 
+import pyarrow.parquet as pq
 import pytest
 
 from aifab.core import verify_audit
@@ -103,6 +104,9 @@ def test_two_processes_committing_to_one_dataset(workspace: Path) -> None:
     assert len({v.content_hash for v in versions}) == 12
     assert sorted(v.source for v in versions) == ["a"] * 6 + ["b"] * 6
     assert verify_audit().ok
+    # A commit whose predicted version number the other process took restamped its object.
+    stamps = [pq.read_metadata(lake.object_path(v.objects[0])).metadata for v in versions]
+    assert [s[b"aifab.version"].decode() for s in stamps] == [str(v.version) for v in versions]
 
 
 _SLOW_WRITER = textwrap.dedent(

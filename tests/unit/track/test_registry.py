@@ -50,6 +50,28 @@ def test_register_versions_and_resolve(runs: list[str]) -> None:
     assert (row["latest"], row["versions"], row["aliases"]) == (2, 2, {})
 
 
+def test_mlflow_model_uris_name_the_same_versions(runs: list[str]) -> None:
+    # models:/NAME/VERSION is what an adapter's adapter_config.json names as its base.
+    register_model(runs[0], "model", "reg-u")
+    register_model(runs[1], "model", "reg-u")
+    set_alias("reg-u", "champion", 1)
+    assert resolve_model("models:/reg-u/1")["run_id"] == runs[0]
+    assert resolve_model("models:/reg-u/latest")["version"] == 2
+    assert resolve_model("models:/reg-u@champion")["version"] == 1
+    assert download_model("models:/reg-u/2") == download_model("reg-u@2")
+    from aifab.inference.loading import resolve_source  # what a deployment's source goes through
+
+    assert resolve_source("models:/reg-u@champion") == "reg-u@1"
+    from aifab.inference.deployment_settings import check_source, default_name
+
+    assert check_source("models:/reg-u@champion") == "reg-u@champion"  # still follows the alias
+    assert check_source("models:/reg-u/2") == "reg-u@2"
+    assert default_name("models:/reg-u/2") == "reg-u"
+    for bad in ("models:/reg-u/champion", "models:/reg-u/", "models:/reg-u/1/x"):
+        with pytest.raises(InvalidInputError, match="expected models:/NAME/VERSION"):
+            resolve_model(bad)
+
+
 def test_champion_alias_moves_and_is_audited(runs: list[str]) -> None:
     register_model(runs[0], "model", "reg-b")
     register_model(runs[1], "model", "reg-b")

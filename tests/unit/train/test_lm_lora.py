@@ -200,6 +200,7 @@ def test_lora_saves_peft_adapters_and_an_equivalent_merged_model(lora: dict[str,
     from peft import PeftModel
 
     from aifab.models.checkpoint import load_model
+    from aifab.train.lifecycle import model_directory
 
     adapter = Path(lora["model_dir"])
     assert {"adapter_config.json", "adapter_model.safetensors", "aifab-adapter.json"} <= {
@@ -207,7 +208,10 @@ def test_lora_saves_peft_adapters_and_an_equivalent_merged_model(lora: dict[str,
     }
     sidecar = json.loads((adapter / "aifab-adapter.json").read_text())
     assert sidecar["base"] == "tiny-lm" and sidecar["lora"]["r"] == 4
-    base, _ = load_model(sidecar["base_dir"])
+    # The base PEFT's config names is a registry reference that aifab's loader resolves.
+    ref = json.loads((adapter / "adapter_config.json").read_text())["base_model_name_or_path"]
+    assert ref == sidecar["base_ref"] == "models:/tiny-lm/1"
+    base, _ = load_model(model_directory(ref))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", FutureWarning)
         tuned = PeftModel.from_pretrained(base, str(adapter)).eval()
@@ -216,6 +220,67 @@ def test_lora_saves_peft_adapters_and_an_equivalent_merged_model(lora: dict[str,
     ids = torch.tensor([[1, 20, 30, 40, 50]])
     with torch.no_grad():
         assert torch.allclose(tuned(ids).logits, merged(ids).logits, atol=1e-4)
+
+
+def test_the_adapter_card_is_a_real_card_whose_loading_code_runs(
+    lora: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import yaml
+
+    from aifab.data.catalog import resolve
+    from aifab.models.checkpoint import load_model
+
+    adapter = Path(lora["model_dir"])
+    card = (adapter / "README.md").read_text(encoding="utf-8")
+    assert "More Information Needed" not in card  # not PEFT's blank template
+    front = yaml.safe_load(card.split("---\n")[1])
+    assert front["library_name"] == "peft" and "base_model" not in front  # not a Hub model
+    assert front["aifab"] == {"base": "models:/tiny-lm/1", "datasets": ["instructions@1"]}
+    data = resolve("instructions@1")
+    assert f"| `instructions@1` | `{data.content_hash}` |" in card
+    assert "| rank r | 4 |" in card and "| alpha | 8 (updates scaled alpha/r = 2) |" in card
+    assert "`q_proj`, `k_proj`, `v_proj`, `o_proj`" in card
+    assert f"| valid_loss | {lora['metrics']['valid_loss']:.4g} |" in card
+    assert "## Intended use\n\nNot stated: set `intended_use`" in card
+    assert "longer than 256 tokens were truncated" in card
+    # The card's own PEFT snippet, run as a user would in the adapter's directory.
+    code = card.split("```python\n")[1].split("```")[0]
+    monkeypatch.chdir(adapter)
+    scope: dict[str, Any] = {}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FutureWarning)
+        exec(code, scope)
+    merged, _ = load_model(lora["merged_dir"])
+    ids = torch.tensor([[1, 20, 30, 40, 50]])
+    with torch.no_grad():
+        tuned = scope["model"](ids).logits
+        assert torch.allclose(tuned, merged(ids).logits, atol=1e-4)
+    assert scope["tokenizer"]("moo")["input_ids"]
+
+
+def test_card_fields_and_a_directory_base(lm: dict[str, Any], tmp_path: Path) -> None:
+    from aifab.train.recipes.lora import main
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FutureWarning)
+        out = main(
+            {
+                "dataset": "instructions",
+                "base": lm["model_dir"],
+                "max_steps": 1,
+                "output_dir": str(tmp_path / "a"),
+                "intended_use": "Answering farm-animal questions in the demo.",
+                "limitations": "English only.",
+                **FAST,
+            }
+        )
+    adapter = Path(out["model_dir"])
+    config = json.loads((adapter / "adapter_config.json").read_text())
+    assert config["base_model_name_or_path"] == str(Path(lm["model_dir"]).resolve())
+    card = (adapter / "README.md").read_text(encoding="utf-8")
+    assert "## Intended use\n\nAnswering farm-animal questions in the demo." in card
+    assert "## Limitations\n\nEnglish only.\n\nConversations longer than" in card
+    assert f"from_pretrained({str(Path(lm['model_dir']).resolve())!r})" in card
 
 
 def test_lora_takes_a_messages_dataset(lm: dict[str, Any], tmp_path: Path) -> None:

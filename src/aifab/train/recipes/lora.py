@@ -20,6 +20,7 @@ from pydantic import Field
 
 from aifab.core.config import StrictConfig, as_config
 from aifab.core.errors import InvalidInputError, first_line
+from aifab.train.adapter_card import base_reference, point_at_base, render_card
 from aifab.train.lifecycle import (
     TrainState,
     attach_run,
@@ -98,6 +99,10 @@ class Config(RecipeConfig):
         alias="register",
         description="Register under this name: the merged model with merge, else the adapter.",
     )
+    intended_use: str = Field("", description="The adapter card's intended use.")
+    limitations: str = Field(
+        "", description="Known limitations for the adapter card (training facts are added)."
+    )
 
     def check_inputs(self) -> None:
         """Check the dataset's columns and that ``base`` is a causal LM with a tokenizer.
@@ -143,6 +148,7 @@ def _run(cfg: Config, info: DistInfo, device: torch.device) -> dict[str, Any]:
     main_first(info, cfg.check_inputs)
     version = resolve_dataset(cfg.dataset)
     base_dir = model_directory(cfg.base)
+    base_ref = base_reference(cfg.base, base_dir)  # what the adapter will name as its base
     tokenizer = load_tokenizer(base_dir)
     data = _encode(cfg, version, tokenizer)
     state, counts = _setup(cfg, base_dir, info, device, len(data["train"]))
@@ -159,7 +165,8 @@ def _run(cfg: Config, info: DistInfo, device: torch.device) -> dict[str, Any]:
         out = summary(state, cfg, metrics, steps=state.step, merged_dir=None)
         if run is not None:
             run.log_metrics(metrics, state.step)
-            out.update(_save(cfg, state, run, tokenizer, base_dir, version, metrics))
+            base = (base_ref, base_dir)
+            out.update(_save(cfg, state, run, tokenizer, base, version, metrics))
         return out
 
 
@@ -324,27 +331,40 @@ def _save(
     state: TrainState,
     run: Any,
     tokenizer: Any,
-    base_dir: Path,
+    base: tuple[str, Path],
     version: VersionInfo,
     metrics: dict[str, float],
 ) -> dict[str, Any]:
     """Write, log and register the adapter (PEFT ``save_pretrained``), tokenizer and sidecar.
 
-    With ``merge``, also ``<output_dir>-merged``: the base with the adapters folded in (the
-    one registered then).
+    ``adapter_config.json`` names the base by its reference (``base`` is the reference and the
+    directory it was loaded from) and ``README.md`` is the adapter's card. With ``merge``,
+    also ``<output_dir>-merged``: the base with the adapters folded in (the one registered
+    then).
 
     Returns:
         ``model_dir`` (the adapter), ``merged_dir`` (or None) and ``model_version``.
     """
     from aifab.core.atomic import atomic_write_text
 
+    base_ref, base_dir = base
     out = output_dir(cfg.output_dir, "lora", state.run_id)
     model: Any = state.module.to("cpu")  # a PeftModel
     model.save_pretrained(str(out))
     tokenizer.save_pretrained(str(out))
+    point_at_base(out, base_ref)
     meta = lineage_meta("lora", state.run_id, version, metrics)
-    meta.update(base=cfg.base, base_dir=str(base_dir), lora=cfg.lora.model_dump(mode="json"))
+    meta.update(base=cfg.base, base_ref=base_ref, base_dir=str(base_dir))
+    meta.update(lora=cfg.lora.model_dump(mode="json"))
     atomic_write_text(out / ADAPTER_SIDECAR, json.dumps(meta, indent=2, sort_keys=True) + "\n")
+    card = render_card(
+        meta,
+        name=cfg.register_as or out.name,
+        max_length=cfg.max_length,
+        intended_use=cfg.intended_use,
+        limitations=cfg.limitations,
+    )
+    atomic_write_text(out / "README.md", card)  # PEFT wrote its blank template there
     merged = None
     if cfg.merge:
         merged = out.with_name(out.name + "-merged")
