@@ -8,7 +8,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.aifab-installed
 PYTEST_ARGS ?= -n 2 --dist loadfile
 
-.PHONY: install demo test check lint bench-data bench-ingest bench-tracking clean
+.PHONY: install browser demo test check lint bench-data bench-ingest bench-tracking clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -19,6 +19,17 @@ $(STAMP): pyproject.toml | $(PY)
 	$(PY) -m pip install --quiet -e '.[all,dev]'
 	touch $(STAMP)
 
+# The dashboard's browser tests drive Debian's chromium (Playwright's own download does not work
+# offline). Installed when missing and we may (root); otherwise those tests skip, naming why.
+browser:
+	@command -v chromium >/dev/null 2>&1 || { \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    echo "installing Debian's chromium for the dashboard's browser tests"; \
+	    apt-get install -y -q chromium >/dev/null 2>&1 || \
+	    { apt-get update -q >/dev/null && apt-get install -y -q chromium >/dev/null; } || \
+	    echo "warning: could not install chromium: the browser tests will skip"; \
+	  else echo "warning: no chromium (apt-get install chromium): the browser tests will skip"; fi; }
+
 install: $(STAMP)
 
 demo: install
@@ -27,7 +38,7 @@ demo: install
 	@echo "or activate the venv first: . $(VENV)/bin/activate && aifab --help"
 
 # pytest exits 5 when it collected no tests: that is a failure here, not a pass.
-test: install
+test: install browser
 	@$(PY) -m pytest $(PYTEST_ARGS); rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "error: pytest collected no tests"; exit 1; fi; exit $$rc
 

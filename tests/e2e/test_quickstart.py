@@ -150,3 +150,9 @@ def _check_demo_serving(stdout: str) -> None:
     handler = load_served_model("churn@champion").handler
     (prediction,) = handler.predict(handler.decode(body))
     assert prediction["label"] in ("churn", "stay")
+    # ...and says where the dashboard is, with a key that may open it.
+    lines = stdout.splitlines()
+    at = next(i for i, line in enumerate(lines) if "open the dashboard at" in line)
+    assert "http://127.0.0.1:8000/ui" in lines[at]
+    board = authenticate(lines[at + 1].strip())
+    assert board is not None and board.role == "developer"

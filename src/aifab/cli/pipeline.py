@@ -182,13 +182,24 @@ def _demo_serving(result: RunResult) -> dict[str, Any] | None:
     name, model = deployed[-1]["deployment"], deployed[-1]["model"]
     # A secret is shown only once, so every demo run makes (and prints) a new key.
     key, secret = create_key("client", name="demo")
+    # The dashboard needs a key that may read (and, on one's own laptop, deploy and promote).
+    board_key, board_secret = create_key("developer", name="demo-dashboard")
     body = json.dumps({"records": [_example_record(model)]}, default=_json_value)
     curl = (
         f"curl -s http://127.0.0.1:8000/v1/predict/{name} "
         f'-H "Authorization: Bearer {secret}" -H "Content-Type: application/json" '
         f"-d {shlex.quote(body)}"
     )
-    return {"deployment": name, "model": model, "key_id": key["id"], "key": secret, "curl": curl}
+    return {
+        "deployment": name,
+        "model": model,
+        "key_id": key["id"],
+        "key": secret,
+        "curl": curl,
+        "dashboard": "http://127.0.0.1:8000/ui",
+        "dashboard_key_id": board_key["id"],
+        "dashboard_key": board_secret,
+    }
 
 
 def _example_record(model: str) -> dict[str, Any]:
@@ -230,3 +241,9 @@ def _show_serving(serving: dict[str, Any]) -> None:
     emit(f"  {serving['key']}", False)
     emit("then, in another terminal, ask the model about one customer:", False)
     emit(f"  {serving['curl']}", False)
+    emit(
+        f"and open the dashboard at {serving['dashboard']} (while 'aifab serve' runs); sign in "
+        f"with this developer key (id {serving['dashboard_key_id']}, also shown only now):",
+        False,
+    )
+    emit(f"  {serving['dashboard_key']}", False)

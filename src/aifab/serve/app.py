@@ -39,6 +39,9 @@ _ROUTERS = (
     "aifab.serve.routes.kb",
     "aifab.serve.routes.agents",
     "aifab.serve.routes.monitors",
+    # The dashboard sits above the gateway (it signs people in with the gateway's keys); it is
+    # included by name like the routers above, so serving does not import it.
+    "aifab.web.routes",
 )
 
 

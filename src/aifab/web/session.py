@@ -1,0 +1,108 @@
+"""Dashboard sessions: a signed cookie naming the API key it was opened with, and CSRF tokens.
+
+The cookie holds ``key id . expiry . nonce`` and an HMAC over them with a per-workspace secret
+(the ``web_secret`` file, owner-only), so every process of ``aifab serve --workers N`` reads
+the same sessions without shared memory. The secret key itself is never stored in the cookie;
+each request re-checks that the key is still active, so revoking a key ends its sessions.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import hmac
+import os
+import secrets
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from aifab.core.workspace import get_workspace
+
+__all__ = ["COOKIE", "MAX_AGE_S", "Session", "csrf_token", "issue", "read", "valid_csrf"]
+
+#: The session cookie's name.
+COOKIE = "aifab_session"
+#: How long a session lasts after signing in.
+MAX_AGE_S = 12 * 3600
+_SECRET_FILE = "web_secret"
+_lock = threading.Lock()
+_secrets: dict[Path, bytes] = {}
+
+
+@dataclass(frozen=True)
+class Session:
+    """A signed-in browser: the key it signed in with, and when the session ends."""
+
+    key_id: str
+    expires: float
+    nonce: str
+
+
+def _secret() -> bytes:
+    """The workspace's signing secret, created once (O_EXCL: concurrent workers agree)."""
+    path = get_workspace().root / _SECRET_FILE
+    with _lock:
+        cached = _secrets.get(path)
+        if cached is not None:
+            return cached
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        except FileExistsError:
+            value = _read_secret(path)
+        else:
+            value = secrets.token_bytes(32)
+            with os.fdopen(fd, "wb") as fh:
+                fh.write(value)
+                fh.flush()
+                os.fsync(fh.fileno())
+        _secrets[path] = value
+        return value
+
+
+def _read_secret(path: Path) -> bytes:
+    # Another process may have created the file a moment ago and not written it yet.
+    for _ in range(50):
+        value = path.read_bytes()
+        if len(value) == 32:
+            return value
+        time.sleep(0.01)
+    raise RuntimeError(f"the dashboard's secret {path} is damaged: delete it to sign everyone out")
+
+
+def _sign(payload: str) -> str:
+    digest = hmac.new(_secret(), payload.encode(), hashlib.sha256).digest()
+    return base64.urlsafe_b64encode(digest).decode().rstrip("=")
+
+
+def issue(key_id: str, *, now: float | None = None) -> str:
+    """A new session cookie value for ``key_id``."""
+    expires = int((now if now is not None else time.time()) + MAX_AGE_S)
+    payload = f"{key_id}.{expires}.{secrets.token_urlsafe(12)}"
+    return f"{payload}.{_sign(payload)}"
+
+
+def read(value: str | None, *, now: float | None = None) -> Session | None:
+    """The session in a cookie value, or None when it is missing, forged or expired."""
+    if not value or len(value) > 400:
+        return None
+    parts = value.split(".")
+    if len(parts) != 4:
+        return None
+    key_id, expires, nonce, signature = parts
+    if not hmac.compare_digest(signature, _sign(f"{key_id}.{expires}.{nonce}")):
+        return None
+    if not expires.isdigit() or int(expires) < (now if now is not None else time.time()):
+        return None
+    return Session(key_id, float(expires), nonce)
+
+
+def csrf_token(session: Session) -> str:
+    """The CSRF token every form of this session carries (bound to the session's nonce)."""
+    return _sign(f"csrf.{session.key_id}.{session.nonce}")
+
+
+def valid_csrf(session: Session, token: str | None) -> bool:
+    """Whether ``token`` is this session's CSRF token."""
+    return bool(token) and hmac.compare_digest(str(token), csrf_token(session))

@@ -1,0 +1,74 @@
+"""Signing in and out: ``/ui/login`` takes an API key and opens a session cookie.
+
+The key travels once, in a POSTed form (never in a URL); the cookie then names only the key's
+id and is HttpOnly and SameSite=Strict. Client keys are refused: they call models, they do
+not read the platform.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+from fastapi import APIRouter, Request, Response
+from fastapi.responses import RedirectResponse
+
+from aifab.serve.keys import PERMISSIONS, authenticate
+from aifab.web.auth import Viewer, read_form, viewer
+from aifab.web.render import page
+from aifab.web.routing import UiRoute
+from aifab.web.session import COOKIE, MAX_AGE_S, issue
+
+__all__ = ["router", "safe_next"]
+
+router = APIRouter(route_class=UiRoute, include_in_schema=False)
+
+
+def safe_next(target: str | None) -> str:
+    """Where to go after signing in: a dashboard path only (no open redirect)."""
+    if not target or not target.startswith("/ui") or target.startswith("//"):
+        return "/ui"
+    if any(c in target for c in ("\\", "\r", "\n")) or "//" in target:
+        return "/ui"
+    return target
+
+
+@router.get("/ui/login")
+def login_form(request: Request, next: str | None = None) -> Response:
+    """The sign-in form."""
+    return page(request, "login.html", next=safe_next(next), error=None, viewer=None)
+
+
+@router.post("/ui/login")
+async def login(request: Request) -> Response:
+    """Check the key and open a session; a bad key re-renders the form with the reason."""
+    fields = await read_form(request, None)
+    target = safe_next(fields.get("next"))
+    key = await asyncio.to_thread(authenticate, fields.get("key", "").strip())
+    error = None
+    if key is None:
+        error = "That key is unknown or revoked."
+    elif "read" not in PERMISSIONS.get(key.role, frozenset()):
+        error = f"A {key.role} key cannot open the dashboard: use a viewer, developer or admin key."
+    if error is not None or key is None:
+        return page(request, "login.html", status=401, next=target, error=error, viewer=None)
+    response = RedirectResponse(target, status_code=303)
+    response.set_cookie(
+        COOKIE,
+        issue(key.id),
+        max_age=MAX_AGE_S,
+        path="/ui",
+        httponly=True,
+        samesite="strict",
+        secure=request.url.scheme == "https",
+    )
+    return response
+
+
+@router.post("/ui/logout")
+async def logout(request: Request) -> Response:
+    """End the session (the cookie is cleared; the key itself stays valid)."""
+    who: Viewer = await viewer(request)
+    await read_form(request, who)
+    response = RedirectResponse("/ui/login", status_code=303)
+    response.delete_cookie(COOKIE, path="/ui")
+    return response
