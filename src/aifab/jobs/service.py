@@ -137,11 +137,12 @@ def _job(session: Session, job_id: str) -> JobRow:
 
 
 def list_jobs(
-    state: str | None = None, queue: str | None = None, limit: int = 100
+    state: str | None = None, queue: str | None = None, limit: int = 100, offset: int = 0
 ) -> list[dict[str, Any]]:
-    """Jobs, newest first, optionally filtered by state and queue."""
+    """Jobs, newest first, optionally filtered by state and queue; ``offset`` skips the newest."""
     with session_scope() as s:
-        q = select(JobRow).order_by(JobRow.submitted_at.desc(), JobRow.id.desc()).limit(limit)
+        q = select(JobRow).order_by(JobRow.submitted_at.desc(), JobRow.id.desc())
+        q = q.offset(max(0, offset)).limit(limit)
         if state:
             q = q.where(JobRow.state == state)
         if queue:
