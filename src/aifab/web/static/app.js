@@ -59,13 +59,13 @@
     });
     source.addEventListener("state", function (e) {
       showState(e.data);
-      say("Following the log: the job is " + e.data + ".");
+      say("Following the log (job " + e.data + ").");
     });
     source.addEventListener("end", function (e) {
       source.close();
       showState(e.data);
       pre.dataset.complete = "1";
-      say("Log complete: the job is " + e.data + ". Reload for its accounting.");
+      say("Log complete (job " + e.data + "): reload for its accounting.");
     });
     source.addEventListener("error", function () {
       if (source.readyState === EventSource.CLOSED) say("The log stream closed: reload the page.");
