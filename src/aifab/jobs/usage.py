@@ -22,8 +22,6 @@ from aifab.jobs.tables import AttemptRow, JobRow, QueueRow, WorkerRow
 
 __all__ = ["attempt_timeline", "queue_usage"]
 
-#: Pending jobs counted into a queue's demand (as many as one scheduling cycle looks at).
-_PENDING_WINDOW = 2000
 _DIMS = ("cpu", "memory_mb", "gpu")
 
 
@@ -43,17 +41,22 @@ def _live_capacity(session: Any) -> tuple[Resources, int]:
 
 
 def _pending_demand(session: Any) -> dict[str, Resources]:
-    demand: dict[str, Resources] = defaultdict(lambda: ZERO)
+    """What each queue's pending jobs ask for, summed in the database (no spec is decoded)."""
+    spec = JobRow.spec
+    gang = func.coalesce(spec["min_available"].as_integer(), spec["replicas"].as_integer())
     rows = session.execute(
-        select(JobRow.queue, JobRow.spec)
+        select(
+            JobRow.queue,
+            func.sum(spec[("resources", "cpu")].as_float() * gang),
+            func.sum(spec[("resources", "memory")].as_float() * gang),
+            func.sum(spec[("resources", "gpu")].as_integer() * gang),
+        )
         .where(JobRow.state == "pending")
-        .order_by(JobRow.priority.desc(), JobRow.submitted_at)
-        .limit(_PENDING_WINDOW)
+        .group_by(JobRow.queue)
     )
-    for queue, spec in rows:
-        r = spec["resources"]
-        gang = int(spec.get("min_available") or spec["replicas"])
-        demand[queue] += Resources(float(r["cpu"]), float(r["memory"]), int(r["gpu"])).times(gang)
+    demand: dict[str, Resources] = defaultdict(lambda: ZERO)
+    for queue, cpu, memory, gpu in rows:
+        demand[queue] = Resources(float(cpu or 0), float(memory or 0), int(gpu or 0))
     return demand
 
 
@@ -132,15 +135,17 @@ def attempt_timeline(limit: int = 50, job_id: str | None = None) -> list[dict[st
         ``executor`` and ``host`` of the worker (None if it is unknown), ``placement``,
         ``started_at`` and ``finished_at`` (None while it runs).
     """
+    # Attempt ids first, then their rows: sorting joined rows of a long history costs more.
+    latest = select(AttemptRow.id).order_by(AttemptRow.started_at.desc(), AttemptRow.id.desc())
+    if job_id is not None:
+        latest = latest.where(AttemptRow.job_id == job_id)
     query = (
         select(AttemptRow, JobRow.name, JobRow.queue, WorkerRow.executor, WorkerRow.host)
         .join(JobRow, JobRow.id == AttemptRow.job_id)
         .outerjoin(WorkerRow, WorkerRow.id == AttemptRow.worker_id)
+        .where(AttemptRow.id.in_(latest.limit(max(0, limit)).scalar_subquery()))
         .order_by(AttemptRow.started_at.desc(), AttemptRow.id.desc())
-        .limit(max(0, limit))
     )
-    if job_id is not None:
-        query = query.where(AttemptRow.job_id == job_id)
     with session_scope() as s:
         return [
             {
