@@ -15,7 +15,7 @@ from aifab.jobs import get_job, submit
 from aifab.jobs.worker import run_until_final
 from aifab.serve.app import create_app
 from aifab.serve.keys import create_key
-from aifab.web import session
+from aifab.web import charts, session
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="Linux processes")
 
@@ -145,3 +145,22 @@ def test_a_developer_cancels_and_retries_audited_as_their_key(client: TestClient
     assert r.status_code == 303 and get_job(job["id"])["state"] == "pending"
     actors = {e["action"]: e["actor"] for e in audit_events(action="job.")}
     assert actors["job.cancel"] == actors["job.retry"] == f"key:{record['id']}"
+
+
+def test_the_timeline_has_a_row_per_worker_and_a_floating_bar_per_attempt() -> None:
+    bars = [
+        {"lane": "w1", "label": "a #1", "start": 100.0, "end": 103.5, "state": "succeeded"},
+        {"lane": "w2", "label": "b #1", "start": 101.0, "end": None, "state": "running"},
+        {"lane": "w1", "label": "c #1", "start": 104.0, "end": 103.0, "state": "failed"},
+    ]
+    spec = charts.timeline(bars, now=110.0)
+    assert spec["options"]["indexAxis"] == "y" and spec["data"]["labels"] == ["w1", "w2"]
+    data = [d["data"][0] for d in spec["data"]["datasets"]]
+    assert data == [
+        {"x": [0.0, 3.5], "y": "w1"},
+        {"x": [1.0, 10.0], "y": "w2"},  # still running: drawn up to now
+        {"x": [4.0, 4.0], "y": "w1"},  # a clock step back never draws a negative bar
+    ]
+    assert [d["label"] for d in spec["data"]["datasets"]] == ["a #1", "b #1", "c #1"]
+    assert spec["data"]["datasets"][2]["backgroundColor"].startswith(charts.STATE_COLOURS["failed"])
+    assert charts.timeline([], now=5.0)["data"]["labels"] == []
