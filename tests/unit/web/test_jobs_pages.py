@@ -164,3 +164,18 @@ def test_the_timeline_has_a_row_per_worker_and_a_floating_bar_per_attempt() -> N
     assert [d["label"] for d in spec["data"]["datasets"]] == ["a #1", "b #1", "c #1"]
     assert spec["data"]["datasets"][2]["backgroundColor"].startswith(charts.STATE_COLOURS["failed"])
     assert charts.timeline([], now=5.0)["data"]["labels"] == []
+
+
+def test_each_replica_of_a_job_has_its_own_log(client: TestClient) -> None:
+    _sign_in(client, "viewer")
+    run = {"command": [sys.executable, "-c", "import os; print('rank', os.environ['RANK'])"]}
+    resources = {"cpu": 0.25, "memory": "64Mi"}
+    job = submit({"name": "pair", "run": run, "resources": resources, "replicas": 2})
+    assert run_until_final(job["id"])["state"] == "succeeded"
+    page = client.get(f"/ui/jobs/{job['id']}?replica=1").text
+    assert "Log of replica 1" in page and f"/ui/jobs/{job['id']}?replica=0" in page
+    for rank in (0, 1):
+        body = client.get(f"/ui/jobs/{job['id']}/logs/stream?replica={rank}").text
+        assert [d for k, d in _events(body) if k == "log"] == [f"rank {rank}\n"]
+    r = client.get(f"/ui/jobs/{job['id']}/logs/stream?replica=2")
+    assert r.status_code == 400 and "ranks 0..1" in r.text
