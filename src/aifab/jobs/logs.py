@@ -40,7 +40,8 @@ class LogCursor:
     def parse(cls, text: str | None) -> LogCursor | None:
         """A cursor from its ``str`` form (e.g. an SSE ``Last-Event-ID``); None if unreadable."""
         attempt, _, offset = (text or "").partition(":")
-        if not (attempt.isdigit() and offset.isdigit()):
+        # isascii too: str.isdigit also accepts digits int() refuses, such as "²".
+        if not all(part.isascii() and part.isdigit() for part in (attempt, offset)):
             return None
         return cls(int(attempt), int(offset))
 

@@ -127,7 +127,7 @@ def test_tail_log_refuses_unknown_jobs_and_replicas() -> None:
         tail_log(job["id"], replica=2)
 
 
-@pytest.mark.parametrize("text", [None, "", "x", "1:", ":2", "1:-2", "a:b", "1:2:3"])
+@pytest.mark.parametrize("text", [None, "", "x", "1:", ":2", "1:-2", "a:b", "1:2:3", "²:1", "1:³"])
 def test_unreadable_cursors_are_none(text: str | None) -> None:
     assert LogCursor.parse(text) is None
 

@@ -116,6 +116,11 @@ def test_the_job_page_shows_spec_accounting_and_escapes_output(client: TestClien
     assert "Accounting" in r.text and "all attempts" in r.text
     assert client.get(f"/ui/jobs/{job['id']}?replica=1").status_code == 400
     assert client.get(f"/ui/jobs/{job['id']}?replica=-1").status_code == 400
+    for odd in ("²", "1.5", "+1"):  # "²" is a digit to str.isdigit, not to int()
+        r = client.get(f"/ui/jobs/{job['id']}/logs/stream", params={"replica": odd})
+        assert r.status_code == 400 and "is not a rank" in r.text
+    r = client.get(f"/ui/jobs/{job['id']}/logs/stream", headers={"Last-Event-ID": "²:1".encode()})
+    assert r.status_code == 200 and "onerror" in r.text  # an unreadable cursor starts afresh
 
 
 def test_a_viewer_sees_no_buttons_and_is_refused(client: TestClient) -> None:

@@ -90,12 +90,12 @@ async def jobs_page(request: Request, who: Viewer = Depends(viewer)) -> Response
     state = request.query_params.get("state") or None
     queue = request.query_params.get("queue") or None
     data = await asyncio.to_thread(_list_data, p, state, queue)
-    return page(request, "jobs/list.html", states=STATES, state=state, queue=queue, page=p, **data)
+    return page(request, "jobs/list.html", states=STATES, state=state, queue=queue, **data)
 
 
 def _replica(request: Request) -> int:
     text = request.query_params.get("replica", "0")
-    if not text.isdigit():
+    if not (text.isascii() and text.isdigit()):  # str.isdigit alone accepts "²"
         raise UiError(400, f"replica {text!r} is not a rank (0, 1, ...)")
     return int(text)
 
