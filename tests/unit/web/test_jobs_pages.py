@@ -184,3 +184,24 @@ def test_each_replica_of_a_job_has_its_own_log(client: TestClient) -> None:
         assert [d for k, d in _events(body) if k == "log"] == [f"rank {rank}\n"]
     r = client.get(f"/ui/jobs/{job['id']}/logs/stream?replica=2")
     assert r.status_code == 400 and "ranks 0..1" in r.text
+
+
+def test_revoking_the_key_ends_its_open_log_streams(
+    client: TestClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import threading
+
+    from aifab.serve.keys import revoke_key
+    from aifab.web.pages import jobs as pages
+
+    monkeypatch.setattr(pages, "KEY_RECHECK_S", 0.2)
+    monkeypatch.setattr(pages, "STREAM_S", 15.0)  # without the recheck it would end only here
+    record, _ = _sign_in(client, "viewer")
+    job = _job("print(1)")  # no worker: it stays pending, so its stream would stay open
+    timer = threading.Timer(0.5, revoke_key, args=(record["id"],))
+    timer.start()
+    try:
+        body = client.get(f"/ui/jobs/{job['id']}/logs/stream").text
+    finally:
+        timer.cancel()
+    assert _events(body)[-1] == ("stop", "the session ended: sign in again")

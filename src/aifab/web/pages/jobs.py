@@ -28,7 +28,7 @@ from aifab.jobs import (
     tail_log,
 )
 from aifab.web import charts
-from aifab.web.auth import UiError, Viewer, need, read_form, viewer
+from aifab.web.auth import LoginRequired, UiError, Viewer, need, read_form, viewer
 from aifab.web.paging import Page
 from aifab.web.render import SECURITY_HEADERS, page
 from aifab.web.routing import UiRoute
@@ -48,6 +48,8 @@ TIMELINE_ATTEMPTS = 40
 POLL_S = 0.3
 STREAM_S = 300.0
 KEEPALIVE_S = 15.0
+#: How often an open stream checks that its key is still active.
+KEY_RECHECK_S = 5.0
 
 
 def _timeline(attempts: list[dict[str, Any]]) -> dict[str, Any] | None:
@@ -128,13 +130,24 @@ def sse(kind: str, text: str, event_id: str | None = None) -> str:
     return head + "".join(f"data: {line}\n" for line in lines) + "\n"
 
 
-async def _follow(job_id: str, replica: int, tail: LogTail) -> AsyncIterator[str]:
-    """Send the log as it grows: ``log`` events (id = cursor), ``state`` changes, then ``end``."""
+async def _signed_in(request: Request) -> bool:
+    """Whether the stream's session still holds (a revoked key ends its open streams too)."""
+    try:
+        await viewer(request)
+    except (LoginRequired, UiError):
+        return False
+    return True
+
+
+async def _follow(request: Request, job_id: str, replica: int, tail: LogTail) -> AsyncIterator[str]:
+    """Send the log as it grows: ``log`` events (id = cursor) and ``state`` changes.
+
+    It ends with ``end`` (the job is final) or ``stop`` (why the stream cannot go on).
+    """
     yield "retry: 2000\n\n"
     if tail.skipped:
-        notice = f"[{tail.skipped:,} earlier bytes not shown: aifab job logs {job_id}]\n"
-        yield sse("log", notice)
-    started = last_sent = time.monotonic()
+        yield sse("log", f"[{tail.skipped:,} earlier bytes not shown: aifab job logs {job_id}]\n")
+    started = last_sent = checked = time.monotonic()
     state = None
     while True:
         if tail.text:
@@ -149,6 +162,11 @@ async def _follow(job_id: str, replica: int, tail: LogTail) -> AsyncIterator[str
         now = time.monotonic()
         if now - started > STREAM_S:
             return  # the browser reconnects from its Last-Event-ID (a gone one was cancelled)
+        if now - checked > KEY_RECHECK_S:
+            if not await _signed_in(request):
+                yield sse("stop", "the session ended: sign in again")
+                return
+            checked = now
         if now - last_sent > KEEPALIVE_S:
             yield ": keep-alive\n\n"
             last_sent = now
@@ -157,7 +175,7 @@ async def _follow(job_id: str, replica: int, tail: LogTail) -> AsyncIterator[str
         try:
             tail = await asyncio.to_thread(tail_log, job_id, tail.cursor, replica=replica)
         except AifabError as exc:
-            yield sse("end", str(exc))
+            yield sse("stop", str(exc))
             return
 
 
@@ -169,7 +187,7 @@ async def log_stream(job_id: str, request: Request, who: Viewer = Depends(viewer
     first = await asyncio.to_thread(tail_log, job_id, cursor, replica=replica)
     headers = {**SECURITY_HEADERS, "X-Accel-Buffering": "no"}
     return StreamingResponse(
-        _follow(job_id, replica, first), media_type="text/event-stream", headers=headers
+        _follow(request, job_id, replica, first), media_type="text/event-stream", headers=headers
     )
 
 

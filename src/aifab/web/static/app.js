@@ -67,6 +67,10 @@
       pre.dataset.complete = "1";
       say("Log complete (job " + e.data + "): reload for its accounting.");
     });
+    source.addEventListener("stop", function (e) {
+      source.close();
+      say("The log stopped: " + e.data);
+    });
     source.addEventListener("error", function () {
       if (source.readyState === EventSource.CLOSED) say("The log stream closed: reload the page.");
     });
