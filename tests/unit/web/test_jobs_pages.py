@@ -205,3 +205,17 @@ def test_revoking_the_key_ends_its_open_log_streams(
     finally:
         timer.cancel()
     assert _events(body)[-1] == ("stop", "the session ended: sign in again")
+
+
+def test_queues_show_their_share_capability_and_quota_use(client: TestClient) -> None:
+    from aifab.jobs import create_queue
+
+    _sign_in(client, "viewer")
+    create_queue("gold", weight=3, cpu=2, memory="1Gi")
+    page = client.get("/ui/jobs").text
+    row = page[page.index('href="/ui/jobs?queue=gold"') :].split("</tr>")[0]
+    assert "75%" in row and "cpu 2, 1,024 MiB" in row
+    assert 'aria-label="capability of queue gold in use">0%' in row
+    assert "No live worker" in page
+    default = page[page.index('href="/ui/jobs?queue=default"') :].split("</tr>")[0]
+    assert "25%" in default and "unlimited" in default
