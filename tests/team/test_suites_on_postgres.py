@@ -28,6 +28,7 @@ SUITES = [
     "tests/unit/serve/test_keys.py",
     "tests/unit/serve/test_limits.py",
     "tests/integration/test_serve.py",
+    "tests/unit/jobs/test_logs_usage.py",
 ]
 #: Cases about the SQLite file itself, not about aifab's behaviour on a database.
 SQLITE_ONLY = {

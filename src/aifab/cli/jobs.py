@@ -219,24 +219,12 @@ def show_command(
     print_table(events, ["ts", "kind", "message"], title="events")
 
 
-def _log_path(job_id: str, attempt: int, replica: int) -> Path:
-    from aifab.jobs.launch import attempt_dir
-
-    return attempt_dir(job_id, attempt) / f"replica-{replica}.log"
-
-
-def _copy_new(path: Path, pos: int) -> int:
-    """Write what was appended to ``path`` since byte ``pos``; return the new position."""
-    try:
-        with path.open("rb") as fh:
-            fh.seek(pos)
-            data = fh.read()
-    except FileNotFoundError:
-        return pos
-    if data:
-        sys.stdout.write(data.decode("utf-8", errors="replace"))
-        sys.stdout.flush()
-    return pos + len(data)
+def _copy_whole(path: Path) -> None:
+    """Write the file at ``path`` to stdout, a chunk at a time."""
+    with path.open("rb") as fh:
+        while data := fh.read(1 << 20):
+            sys.stdout.write(data.decode("utf-8", errors="replace"))
+    sys.stdout.flush()
 
 
 @job_app.command("logs")
@@ -261,30 +249,33 @@ def logs_command(
     if follow:
         _follow(job_id, attempt, replica)
         return
+    from aifab.jobs.logs import log_path
+
     number = attempt or job["attempt"]
-    path = _log_path(job_id, number, replica)
+    path = log_path(job_id, number, replica)
     if number == 0 or not path.exists():
         raise NotFoundError(f"no log yet for job {job_id} (state {job['state']}); try -f")
-    _copy_new(path, 0)
+    _copy_whole(path)
 
 
 def _follow(job_id: str, fixed: int | None, replica: int) -> None:
     """Stream the log, moving on to new attempts (re-queues, retries) until the job is final."""
-    from aifab.jobs.service import get_job
+    from aifab.jobs.logs import LogCursor, tail_log
 
-    current, pos = 0, 0
+    cursor = LogCursor(fixed, 0) if fixed else None
     while True:
-        job = get_job(job_id)  # read the state BEFORE the file, so nothing final is missed
-        number = fixed or job["attempt"]
-        if number != current:
-            if current:
-                sys.stdout.write(f"--- attempt {number} ---\n")
-            current, pos = number, 0
-        if current:
-            pos = _copy_new(_log_path(job_id, current, replica), pos)
-        if job["state"] in _FINAL or (fixed is not None and job["attempt"] > fixed):
+        # From the start of the attempt (start_bytes: the whole log), whole lines at a time.
+        tail = tail_log(job_id, cursor, replica=replica, start_bytes=sys.maxsize)
+        if fixed is not None and tail.cursor.attempt > fixed:
+            return  # the job moved past the attempt asked for
+        if tail.text:
+            sys.stdout.write(tail.text)
+            sys.stdout.flush()
+        if tail.final:
             return
-        time.sleep(_POLL_S)
+        cursor = tail.cursor
+        if not tail.text:
+            time.sleep(_POLL_S)
 
 
 def _state_command(action: str, job_id: str, as_json: bool) -> None:

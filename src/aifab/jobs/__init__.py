@@ -2,11 +2,13 @@
 
 Service functions (the CLI, server and pipeline call these): ``submit``, ``list_jobs``,
 ``get_job``, ``cancel``, ``retry``, ``create_queue``, ``update_queue``, ``delete_queue``,
-``list_queues``; ``Worker`` runs the scheduling loop.
+``list_queues``; ``tail_log`` follows a job's log; ``queue_usage`` and ``attempt_timeline``
+show what the scheduler holds and held; ``Worker`` runs the scheduling loop.
 """
 
 from __future__ import annotations
 
+from aifab.jobs.logs import LogCursor, LogTail, log_path, tail_log
 from aifab.jobs.service import (
     cancel,
     create_queue,
@@ -19,6 +21,7 @@ from aifab.jobs.service import (
     update_queue,
 )
 from aifab.jobs.spec import JobSpec
+from aifab.jobs.usage import attempt_timeline, queue_usage
 
 __all__ = [
     "JobSpec",
@@ -31,4 +34,10 @@ __all__ = [
     "retry",
     "submit",
     "update_queue",
+    "LogCursor",
+    "LogTail",
+    "log_path",
+    "tail_log",
+    "attempt_timeline",
+    "queue_usage",
 ]

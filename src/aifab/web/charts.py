@@ -121,3 +121,57 @@ def _short(value: float) -> str:
     if value != 0 and (abs(value) >= 1e5 or abs(value) < 1e-3):
         return f"{value:.2e}"
     return f"{value:.4g}"
+
+
+# --- jobs: timeline ---------------------------------------------------------------------------
+__all__ += ["timeline"]
+
+#: Bar colours of a timeline by state (the palette's, so they read the same in every chart).
+STATE_COLOURS = {"succeeded": "#009E73", "running": "#0072B2", "failed": "#D55E00"}
+
+
+def timeline(
+    bars: Sequence[Mapping[str, Any]], *, now: float | None = None, x_label: str | None = None
+) -> dict[str, Any]:
+    """A Gantt chart: one row per ``lane`` (a worker), one floating bar per item.
+
+    Each item has ``lane``, ``label`` (shown in the tooltip), ``start`` and ``end`` (epoch
+    seconds; None while it runs: drawn up to ``now``) and ``state`` (its colour). The x axis
+    counts seconds from the earliest start (no date adapter is vendored).
+    """
+    now = time.time() if now is None else now
+    origin = min((float(b["start"]) for b in bars), default=now)
+    lanes = list(dict.fromkeys(str(b["lane"]) for b in bars))
+    datasets = []
+    for b in bars:
+        start = float(b["start"])
+        end = now if b.get("end") is None else max(float(b["end"]), start)
+        colour = STATE_COLOURS.get(str(b.get("state")), "#CC79A7")
+        span = [round(start - origin, 3), round(end - origin, 3)]
+        datasets.append(
+            {
+                "label": str(b["label"]),
+                "data": [{"x": span, "y": str(b["lane"])}],
+                "backgroundColor": colour + "cc",
+                "borderColor": colour,
+                "borderWidth": 1,
+                "grouped": False,
+                "minBarLength": 3,
+            }
+        )
+    title = x_label or f"seconds since {time.strftime('%H:%M:%S UTC', time.gmtime(origin))}"
+    return {
+        "type": "bar",
+        "data": {"labels": lanes, "datasets": datasets},
+        "options": {
+            "indexAxis": "y",
+            "animation": False,
+            "responsive": True,
+            "maintainAspectRatio": False,
+            "scales": {
+                "x": {"type": "linear", "min": 0, "title": {"display": True, "text": title}},
+                "y": {"type": "category"},
+            },
+            "plugins": {"legend": {"display": False}},
+        },
+    }

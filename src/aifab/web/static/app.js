@@ -30,3 +30,53 @@
     if (message && !window.confirm(message)) e.preventDefault();
   });
 })();
+
+// --- jobs: follow a job's log ([data-follow-log] = its server-sent events URL) ------------------
+// Lines are added as text nodes, never as markup: a job's output is untrusted.
+(function () {
+  "use strict";
+
+  var STATES = ["pending", "running", "succeeded", "failed", "cancelled"];
+
+  function showState(state) {
+    if (STATES.indexOf(state) < 0) return;
+    document.querySelectorAll("[data-job-state]").forEach(function (el) {
+      el.textContent = state;
+      el.className = "state state-" + state;
+    });
+  }
+
+  function follow(pre) {
+    if (pre.dataset.following || typeof EventSource === "undefined") return;
+    pre.dataset.following = "1";
+    var status = document.getElementById(pre.dataset.logStatus);
+    var say = function (text) { if (status) status.textContent = text; };
+    var source = new EventSource(pre.dataset.followLog);
+    source.addEventListener("log", function (e) {
+      var atBottom = pre.scrollTop + pre.clientHeight >= pre.scrollHeight - 4;
+      pre.appendChild(document.createTextNode(e.data));
+      if (atBottom) pre.scrollTop = pre.scrollHeight;
+    });
+    source.addEventListener("state", function (e) {
+      showState(e.data);
+      say("Following the log (job " + e.data + ").");
+    });
+    source.addEventListener("end", function (e) {
+      source.close();
+      showState(e.data);
+      pre.dataset.complete = "1";
+      say("Log complete (job " + e.data + "): reload for its accounting.");
+    });
+    source.addEventListener("stop", function (e) {
+      source.close();
+      say("The log stopped: " + e.data);
+    });
+    source.addEventListener("error", function () {
+      if (source.readyState === EventSource.CLOSED) say("The log stream closed: reload the page.");
+    });
+  }
+
+  function start(root) { root.querySelectorAll("[data-follow-log]").forEach(follow); }
+  document.addEventListener("DOMContentLoaded", function () { start(document); });
+  document.addEventListener("htmx:afterSettle", function (e) { start(e.target); });
+})();

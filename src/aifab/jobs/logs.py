@@ -1,0 +1,157 @@
+"""Job logs: where a replica's log is, and reading what was appended since a cursor (follow).
+
+A cursor is (attempt, byte offset). :func:`tail_log` returns the complete lines written since
+it, moving on to the next attempt when a job is re-queued or retried, and says when the job is
+final and its log fully read, so callers (``aifab job logs -f``, the dashboard's live log) stop.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from sqlalchemy import select
+
+from aifab.core.db import session_scope
+from aifab.core.errors import InvalidInputError, NotFoundError
+from aifab.jobs.launch import attempt_dir
+from aifab.jobs.tables import JobRow
+
+__all__ = ["LogCursor", "LogTail", "log_path", "tail_log"]
+
+FINAL = ("succeeded", "failed", "cancelled")
+#: The most bytes one call returns (a follower calls again for the rest).
+MAX_CHUNK_BYTES = 64 * 1024
+#: A follower starting with no cursor begins this far before the end of a long log.
+START_TAIL_BYTES = 256 * 1024
+
+
+@dataclass(frozen=True)
+class LogCursor:
+    """A position in a job's logs: byte ``offset`` into attempt ``attempt``'s log."""
+
+    attempt: int = 0
+    offset: int = 0
+
+    def __str__(self) -> str:
+        return f"{self.attempt}:{self.offset}"
+
+    @classmethod
+    def parse(cls, text: str | None) -> LogCursor | None:
+        """A cursor from its ``str`` form (e.g. an SSE ``Last-Event-ID``); None if unreadable."""
+        attempt, _, offset = (text or "").partition(":")
+        # isascii too: str.isdigit also accepts digits int() refuses, such as "²".
+        if not all(part.isascii() and part.isdigit() for part in (attempt, offset)):
+            return None
+        return cls(int(attempt), int(offset))
+
+
+@dataclass(frozen=True)
+class LogTail:
+    """What :func:`tail_log` read: new ``text``, the cursor after it and the job's state.
+
+    ``final`` is True once the job is final and its last attempt's log was read to the end;
+    ``skipped`` counts the bytes of a long log's start left out when following began.
+    """
+
+    text: str
+    cursor: LogCursor
+    state: str
+    final: bool
+    skipped: int = 0
+
+
+def log_path(job_id: str, attempt: int, replica: int = 0) -> Path:
+    """The log file of one replica of one attempt (it may not exist yet)."""
+    return attempt_dir(job_id, attempt) / f"replica-{replica}.log"
+
+
+def _job_state(job_id: str, replica: int) -> tuple[str, int]:
+    with session_scope() as s:
+        row = s.execute(
+            select(JobRow.state, JobRow.attempt, JobRow.spec).where(JobRow.id == job_id)
+        ).first()
+    if row is None:
+        raise NotFoundError(f"job {job_id!r} not found (see 'aifab job list')")
+    replicas = int(row.spec["replicas"])
+    if not 0 <= replica < replicas:
+        raise InvalidInputError(f"replica {replica}: job {job_id} has ranks 0..{replicas - 1}")
+    return str(row.state), int(row.attempt)
+
+
+def _read(path: Path, offset: int, max_bytes: int) -> tuple[bytes, bool]:
+    """Bytes from ``offset`` (at most ``max_bytes``) and whether the end of the file was hit."""
+    try:
+        with path.open("rb") as fh:
+            fh.seek(offset)
+            data = fh.read(max_bytes + 1)
+    except FileNotFoundError:
+        return b"", True
+    return data[:max_bytes], len(data) <= max_bytes
+
+
+def _whole_lines(data: bytes, at_end: bool, *, still_written: bool) -> tuple[bytes, bool]:
+    """Cut ``data`` after its last newline when the file goes on past it.
+
+    A full chunk, or a log still being written, may end mid-line: that part waits for the next
+    call. A line longer than a chunk goes out a chunk at a time, so a follower never stalls.
+    """
+    cut = data.rfind(b"\n") + 1
+    if cut == len(data) or (at_end and not still_written):
+        return data, at_end
+    if cut == 0:
+        return (data, False) if not at_end else (b"", True)
+    return data[:cut], False
+
+
+def _start(path: Path, start_bytes: int) -> int:
+    """Where a new follower starts: the first whole line of the last ``start_bytes``."""
+    try:
+        size = path.stat().st_size
+    except FileNotFoundError:
+        return 0
+    if size <= start_bytes:
+        return 0
+    data, _ = _read(path, size - start_bytes, start_bytes)
+    cut = data.find(b"\n")
+    return size - start_bytes + (cut + 1 if cut >= 0 else 0)
+
+
+def tail_log(
+    job_id: str,
+    cursor: LogCursor | None = None,
+    *,
+    replica: int = 0,
+    max_bytes: int = MAX_CHUNK_BYTES,
+    start_bytes: int = START_TAIL_BYTES,
+) -> LogTail:
+    """The complete lines of ``replica``'s log written since ``cursor``.
+
+    With no cursor it starts at the current attempt (within its last ``start_bytes``). A
+    cursor on an earlier attempt reads that attempt to its end first, then the next one,
+    each new attempt's text starting with a ``--- attempt N ---`` line. A partial last line is
+    held back until its newline arrives, or the job is final.
+
+    Raises:
+        NotFoundError: no such job.
+        InvalidInputError: ``replica`` is not one of the job's ranks.
+    """
+    state, current = _job_state(job_id, replica)  # the state BEFORE the file: nothing is missed
+    final_state = state in FINAL
+    if current == 0:
+        return LogTail("", cursor or LogCursor(), state, final_state)
+    skipped, header = 0, ""
+    if cursor is None or cursor.attempt == 0 or cursor.attempt > current:
+        offset = _start(log_path(job_id, current, replica), start_bytes)
+        cursor, skipped = LogCursor(current, offset), offset
+    data, at_end = _read(log_path(job_id, cursor.attempt, replica), cursor.offset, max_bytes)
+    if not data and at_end and cursor.attempt < current:
+        cursor = LogCursor(cursor.attempt + 1, 0)
+        header = f"--- attempt {cursor.attempt} ---\n"
+        data, at_end = _read(log_path(job_id, cursor.attempt, replica), 0, max_bytes)
+    last_attempt = cursor.attempt == current
+    data, at_end = _whole_lines(data, at_end, still_written=last_attempt and not final_state)
+    text = header + data.decode("utf-8", errors="replace")
+    after = LogCursor(cursor.attempt, cursor.offset + len(data))
+    done = final_state and last_attempt and at_end
+    return LogTail(text, after, state, done, skipped)
