@@ -242,6 +242,13 @@ def test_no_traffic_and_missing_reference_are_reported_not_raised(env) -> None:
     r = c.post("/v1/monitors/partial/run").json()
     assert "column loyalty_points missing from the reference" in r["report"]["notes"]
     assert list(r["report"]["drift"]["columns"]) == ["age"]
+    # An embedding model that does not exist: the text is still compared, the run is a note.
+    drift = {"embed_text": ["ticket_text"], "embedding_model": "ghost-embedder@1"}
+    spec = _spec(env, "churn", features=["ticket_text"], drift=drift)
+    c.post("/v1/monitors", json={"name": "no-embedder", "spec": spec})
+    r = c.post("/v1/monitors/no-embedder/run").json()
+    assert any(n.startswith("ticket_text: not embedded: ") for n in r["report"]["notes"]), r
+    assert list(r["report"]["drift"]["columns"]) == ["ticket_text"]
 
 
 def test_bad_input_gets_4xx_naming_the_field(env) -> None:
