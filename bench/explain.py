@@ -1,8 +1,8 @@
 """Per-prediction explanation latency on the quickstart churn model: aifab vs shap used directly.
 
 One scratch workspace holds the churn model (the quickstart pipeline runs once in it). Each
-side explains one request record at a time, on the same 8 background rows and one torch
-thread:
+side explains one request record at a time, on the same 8 background rows, with torch's
+thread settings as a server has them (``--threads N`` pins N for the whole process):
 
 * ``predict``: the served handler's ``predict`` on the record (the floor: encoding the raw
   record through the feature transform and one model run);
@@ -52,6 +52,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--records", type=int, default=30, help="records explained per side")
     parser.add_argument("--home", default=None, help="workspace (default: a temporary one)")
+    parser.add_argument("--threads", type=int, default=0, help="pin torch threads (0: as is)")
     args = parser.parse_args()
     home = Path(args.home or tempfile.mkdtemp(prefix="aifab-bench-explain-"))
     os.environ["AIFAB_HOME"] = str(home)
@@ -59,7 +60,8 @@ def main() -> None:
     import numpy as np
     import torch
 
-    torch.set_num_threads(1)
+    if args.threads:
+        torch.set_num_threads(args.threads)
     from aifab.track.registry import resolve_model
 
     try:

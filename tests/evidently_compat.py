@@ -38,3 +38,33 @@ def evidently_drift_flags(
         p_value = "p_value" in method or "p-value" in method.lower()
         flags[cfg["column"]] = bool(value < threshold) if p_value else bool(value >= threshold)
     return flags
+
+
+def evidently_text_drift(ref: list[str], cur: list[str]) -> bool:
+    """Whether Evidently's DataDriftPreset finds one text column drifted (domain classifier)."""
+    _shim_pandas()
+    import pandas as pd
+    from evidently import DataDefinition, Dataset, Report
+    from evidently.presets import DataDriftPreset
+
+    dd = DataDefinition(text_columns=["text"])
+    snap = Report([DataDriftPreset()]).run(
+        Dataset.from_pandas(pd.DataFrame({"text": cur}), data_definition=dd),
+        Dataset.from_pandas(pd.DataFrame({"text": ref}), data_definition=dd),
+    )
+    for m in snap.dict()["metrics"]:
+        if m.get("config", {}).get("type", "").endswith("DriftedColumnsCount"):
+            return bool(m["value"]["count"] >= 1)
+    raise AssertionError("Evidently reported no drifted-columns count")
+
+
+def evidently_embedding_drift(ref: Any, cur: Any, method: str) -> bool:
+    """Evidently's embedding drift verdict: ``model`` (domain classifier, AUC > 0.55) or
+    ``distance`` (euclidean distance of means against its bootstrap percentile)."""
+    _shim_pandas()
+    import pandas as pd
+    from evidently.legacy.metrics.data_drift.embedding_drift_methods import distance, model
+
+    fn = model() if method == "model" else distance(dist="euclidean", bootstrap=True)
+    _, drift, _ = fn(pd.DataFrame(cur), pd.DataFrame(ref))
+    return bool(drift)

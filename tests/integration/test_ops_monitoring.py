@@ -57,16 +57,27 @@ def records(split: str = "test") -> list[dict[str, Any]]:
     return rows
 
 
+NEW_MARKET_TICKETS = [
+    "Olá, o pagamento via Pix falhou de novo e o boleto não chegou.",
+    "Bom dia! Não consigo emitir a nota fiscal, o aplicativo trava na tela de cobrança.",
+    "A fatura veio em dólar e não em reais, por favor corrijam o valor.",
+    "Preciso cancelar a assinatura, o suporte em português demora demais para responder.",
+    "O app não aceita meu CPF no cadastro, já tentei várias vezes.",
+]
+
+
 def shifted(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The traffic of a new market: a new country, older customers, inflated incomes."""
+    """The traffic of a new market: a new country, older customers, inflated incomes, and
+    tickets written in Portuguese about local payment methods."""
     return [
         {
             **r,
             "country": "BR",
             "income": (r["income"] or 0) * 3 + 50_000,
             "age": (r["age"] or 30) + 25,
+            "ticket_text": f"{NEW_MARKET_TICKETS[i % 5]} Pedido {i}.",
         }
-        for r in rows
+        for i, r in enumerate(rows)
     ]
 
 
@@ -166,9 +177,11 @@ def test_unshifted_traffic_does_not_drift_and_labels_give_quality(env) -> None:
     v = result["values"]
     assert v["rows"] == len(rows) and v["dataset_drift"] == 0.0 and v["labelled"] == 0
     drift = result["report"]["drift"]
-    assert set(drift["columns"]) == set(INPUTS) - {"ticket_text"}
+    assert set(drift["columns"]) == set(INPUTS)
     assert drift["reference"]["dataset"].startswith("customers_split@")
-    assert "ticket_text" in drift["skipped"]
+    text = drift["columns"]["ticket_text"]  # free text: compared by a domain classifier
+    assert text["kind"] == "text" and text["tests"]["domain_classifier"]["drift"] is False
+    assert text["tests"]["domain_classifier"]["value"] < 0.7 and not drift["skipped"]
     # Delayed labels: all wrong, so quality breaches once enough have arrived.
     for rid, n in ids:
         fb = c.post("/v1/feedback", json={"request_id": rid, "labels": ["nonsense"] * n})
@@ -187,7 +200,9 @@ def test_shifted_traffic_drifts_alerts_the_webhook_and_is_exported(env) -> None:
             "/v1/monitors",
             json={
                 "name": "shift-mon",
-                "spec": _spec(env, "churn-shift", drift={"drift_share": 0.3}),
+                "spec": _spec(
+                    env, "churn-shift", drift={"drift_share": 0.3, "embed_text": ["ticket_text"]}
+                ),
             },
         ).status_code
         == 201
@@ -197,6 +212,13 @@ def test_shifted_traffic_drifts_alerts_the_webhook_and_is_exported(env) -> None:
     drift = result["report"]["drift"]
     assert {"age", "income", "country"} <= set(drift["drifted"])
     assert "plan" not in drift["drifted"]
+    # The Portuguese tickets: the text classifier and the embeddings of the text both see it.
+    tickets = drift["columns"]["ticket_text"]
+    assert tickets["tests"]["domain_classifier"]["value"] > 0.95
+    assert "pedido" in tickets["words"]["current"]  # in every new ticket, in no old one
+    assert {"ticket_text", "ticket_text:embedding"} <= set(drift["drifted"])
+    emb = drift["columns"]["ticket_text:embedding"]
+    assert emb["dim"] == 384 and emb["tests"]["mean_distance"]["drift"] is True
     assert result["values"]["dataset_drift"] == 1.0
     fired = [b for b in Hook.received if b["body"]["group"] == "churn-shift"]
     assert fired and all(b["ok"] for b in fired)
@@ -209,6 +231,9 @@ def test_shifted_traffic_drifts_alerts_the_webhook_and_is_exported(env) -> None:
     }
     assert samples[("aifab_monitor_value", "shift-mon", "drift_share")] == drift["share"]
     assert samples[("aifab_monitor_column_drift", "shift-mon", "country")] == 1.0
+    assert samples[("aifab_monitor_column_drift", "shift-mon", "ticket_text")] == 1.0
+    auc = samples[("aifab_monitor_value", "shift-mon", "domain_classifier:ticket_text")]
+    assert auc == tickets["tests"]["domain_classifier"]["value"]
     assert samples[("aifab_alerts_firing", "shift-mon", None)] >= 1.0
     hist = c.get("/v1/monitors/shift-mon/history").json()
     assert hist[0]["status"] == "breach"
@@ -232,6 +257,13 @@ def test_no_traffic_and_missing_reference_are_reported_not_raised(env) -> None:
     r = c.post("/v1/monitors/partial/run").json()
     assert "column loyalty_points missing from the reference" in r["report"]["notes"]
     assert list(r["report"]["drift"]["columns"]) == ["age"]
+    # An embedding model that does not exist: the text is still compared, the run is a note.
+    drift = {"embed_text": ["ticket_text"], "embedding_model": "ghost-embedder@1"}
+    spec = _spec(env, "churn", features=["ticket_text"], drift=drift)
+    c.post("/v1/monitors", json={"name": "no-embedder", "spec": spec})
+    r = c.post("/v1/monitors/no-embedder/run").json()
+    assert any(n.startswith("ticket_text: not embedded: ") for n in r["report"]["notes"]), r
+    assert list(r["report"]["drift"]["columns"]) == ["ticket_text"]
 
 
 def test_bad_input_gets_4xx_naming_the_field(env) -> None:
@@ -245,6 +277,15 @@ def test_bad_input_gets_4xx_naming_the_field(env) -> None:
         "/v1/monitors", json={"name": "bad", "spec": {"deployment": "churn", "window_s": -1}}
     )
     assert r.status_code == 422 and "window_s" in r.text
+    for drift, named in (
+        ({"text_tests": ["bogus"]}, "text_tests"),
+        ({"kinds": {"ticket_text": "vector"}}, "vector"),
+        ({"embedding_distance": "manhattan"}, "embedding_distance"),
+        ({"feature_thresholds": {"ticket_text": {"auc": 0.6}}}, "auc"),
+    ):
+        spec = {"deployment": "churn", "drift": drift}
+        r = c.post("/v1/monitors", json={"name": "bad", "spec": spec})
+        assert r.status_code == 422 and named in r.text, (drift, r.text)
     assert c.post("/v1/feedback", json={"request_id": "x"}).status_code == 422
     assert c.post("/v1/feedback", json={"request_id": "x", "labels": [{"a": 1}]}).status_code == 422
     assert c.get("/v1/monitors/nope").status_code == 404
@@ -262,6 +303,7 @@ def test_cli_shows_monitors_and_alerts(env, cli) -> None:
     assert r.exit_code == 0 and "shift-mon" in r.stdout
     r = cli("monitor", "show", "shift-mon")
     assert r.exit_code == 0 and "DRIFT" in r.stdout and "breach: data_drift" in r.stdout
+    assert "domain_classifier=" in r.stdout and "words now: " in r.stdout
     r = cli("alerts", "list", "--state", "firing")
     assert r.exit_code == 0 and "data_drift" in r.stdout
     r = cli("alerts", "silence", "--monitor", "shift-mon", "--for", "2h", "--reason", "new market")

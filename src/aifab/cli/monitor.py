@@ -70,6 +70,10 @@ def _print_result(result: dict[str, Any]) -> None:
         tests = ", ".join(f"{t}={x['value']:.4g}" for t, x in info["tests"].items())
         flag = "DRIFT" if info["drift"] else "ok"
         sys.stdout.write(f"  {col:<24} {flag:<6} {tests}\n")
+        words = info.get("words")
+        if words:
+            now, then = ", ".join(words["current"][:5]), ", ".join(words["reference"][:5])
+            sys.stdout.write(f"  {'':<24} words now: {now or '-'}; before: {then or '-'}\n")
     for b in report.get("breaches", []):
         sys.stdout.write(f"breach: {b['rule']}: {b['message']}\n")
 

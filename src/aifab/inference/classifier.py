@@ -49,7 +49,8 @@ class ClassifierHandler:
             model_dir: The model directory (weights, sidecar, transform or tokenizer).
             sidecar: Its ``aifab-model.json``.
             options: ``backend`` (torch | onnx), ``max_request_items`` (default 1000),
-                ``threads`` (ONNX Runtime intra-op threads).
+                ``threads`` (intra-op threads: ONNX Runtime's; for torch, the most a big
+                batch uses).
 
         Raises:
             InvalidInputError: a bad option, or missing or corrupt model files (named).
@@ -66,7 +67,7 @@ class ClassifierHandler:
         self._logits = (
             _onnx_logits(model_dir, sidecar, options.get("threads"))
             if backend == "onnx"
-            else _torch_logits(model_dir)
+            else _torch_logits(model_dir, options.get("threads"))
         )
         self._encoder = encoder
         self._decoder = RecordDecoder(encoder.columns, optional=encoder.optional, max_items=limit)
@@ -131,13 +132,15 @@ class ClassifierHandler:
 SMALL_BATCH_ROWS = 64
 
 
-def _torch_logits(model_dir: Path) -> Logits:
+def _torch_logits(model_dir: Path, threads: Any = None) -> Logits:
     import torch
 
     from aifab.models.checkpoint import load_model
 
     module, _ = load_model(model_dir)
     default_threads = torch.get_num_threads()
+    if threads:
+        default_threads = min(default_threads, int(threads))
     local = threading.local()
 
     def run(inputs: dict[str, np.ndarray]) -> np.ndarray:

@@ -1,7 +1,9 @@
 """The drift report: per-column data drift of a current sample against a reference, as pure code.
 
 Columns come as pyarrow arrays, numpy arrays or plain lists (a request-log window); the
-reference's type decides how a column is compared. Missing values are counted, then dropped.
+reference's type decides how a column is compared: numerical and categorical columns by the
+statistical tests, free text and embedding vectors by :mod:`aifab.ops.drift_text` and
+:mod:`aifab.ops.drift_embedding`. Missing values are counted, then dropped.
 """
 
 from __future__ import annotations
@@ -20,9 +22,15 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from aifab.core.errors import InvalidInputError
+from aifab.ops.drift_domain import DEFAULT_AUC, P_VALUE
+from aifab.ops.drift_embedding import DISTANCES, EMBEDDING_TESTS
 from aifab.ops.drift_tests import DRIFT_TESTS, ColumnPair, Kind, auto_test
+from aifab.ops.drift_text import TEXT_TESTS
 
-__all__ = ["DriftOptions", "column_kind", "drift_report"]
+__all__ = ["KINDS", "DriftOptions", "column_kind", "drift_report"]
+
+#: Column kinds a report knows (``DriftOptions.kinds`` may name any of them).
+KINDS = ("numerical", "categorical", "text", "embedding")
 
 #: Beyond this many values in all, columns are compared on a thread pool.
 _PARALLEL_VALUES = 2_000_000
@@ -40,8 +48,18 @@ class DriftOptions:
             when any of its tests flags it.
         thresholds: per-test thresholds overriding each test's default.
         feature_thresholds: per-column, per-test thresholds (``{"age": {"psi": 0.3}}``).
-        kinds: column kinds overriding inference (``numerical`` | ``categorical`` | ``text``).
+        kinds: column kinds overriding inference (``numerical`` | ``categorical`` | ``text``
+            | ``embedding``).
         drift_share: the share of drifted columns at which the whole dataset counts as drifted.
+        text_tests: what text columns run: ``domain_classifier`` (TF-IDF classifier AUC) and
+            ``descriptors`` (length, out-of-vocabulary and non-letter shares, each through
+            ``tests`` as the column ``<name>.<descriptor>``).
+        embedding_tests: what embedding columns run: ``mean_distance`` and
+            ``domain_classifier``.
+        embedding_distance: ``cosine`` or ``euclidean`` for ``mean_distance``.
+        text_rows: texts or vectors per side the classifiers and descriptors read at most.
+        top_words: words reported per side of a text column's classifier.
+        seed: seeds every sample, split and bootstrap (reports are reproducible).
     """
 
     tests: tuple[str, ...] = ("auto",)
@@ -49,18 +67,46 @@ class DriftOptions:
     feature_thresholds: Mapping[str, Mapping[str, float]] = field(default_factory=dict)
     kinds: Mapping[str, str] = field(default_factory=dict)
     drift_share: float = 0.5
+    text_tests: tuple[str, ...] = TEXT_TESTS
+    embedding_tests: tuple[str, ...] = EMBEDDING_TESTS
+    embedding_distance: str = "cosine"
+    text_rows: int = 2000
+    top_words: int = 10
+    seed: int = 0
 
     def check(self) -> None:
         """Raise InvalidInputError naming an unknown test or a bad share."""
         names = {*self.tests, *self.thresholds}
         for per in self.feature_thresholds.values():
             names.update(per)
-        unknown = sorted(n for n in names if n != "auto" and n not in DRIFT_TESTS)
+        rich = {*TEXT_TESTS, *EMBEDDING_TESTS}
+        unknown = sorted(n for n in names if n != "auto" and n not in DRIFT_TESTS and n not in rich)
         if unknown:
-            known = ", ".join(["auto", *DRIFT_TESTS.names()])
+            known = ", ".join(["auto", *DRIFT_TESTS.names(), *sorted(rich)])
             raise InvalidInputError(f"unknown drift test(s) {', '.join(unknown)} (known: {known})")
+        _known("text_tests", self.text_tests, TEXT_TESTS)
+        _known("embedding_tests", self.embedding_tests, EMBEDDING_TESTS)
+        _known("embedding_distance", (self.embedding_distance,), DISTANCES)
+        bad_kinds = sorted(f"{c}: {k!r}" for c, k in self.kinds.items() if k not in KINDS)
+        if bad_kinds:
+            raise InvalidInputError(f"kinds: {bad_kinds[0]} is not one of {', '.join(KINDS)}")
         if not 0 < self.drift_share <= 1:
             raise InvalidInputError(f"drift_share {self.drift_share}: expected > 0 and <= 1")
+        if self.text_rows < 20 or self.top_words < 0:
+            raise InvalidInputError("text_rows: expected >= 20; top_words: expected >= 0")
+
+    def threshold(self, column: str, test: str, default: float | None) -> float | None:
+        """The threshold of ``test`` on ``column``: per column, else per test, else ``default``."""
+        per = self.feature_thresholds.get(column, {})
+        if test in per:
+            return per[test]
+        return self.thresholds.get(test, default)
+
+
+def _known(field_name: str, names: Sequence[str], known: Sequence[str]) -> None:
+    bad = [n for n in names if n not in known]
+    if bad:
+        raise InvalidInputError(f"{field_name}: unknown {bad[0]!r} (known: {', '.join(known)})")
 
 
 def column_kind(values: Values) -> str:
@@ -73,6 +119,10 @@ def column_kind(values: Values) -> str:
         return "numerical"
     if pa.types.is_temporal(t):
         return "numerical"
+    if pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t):
+        v = t.value_type
+        if pa.types.is_integer(v) or pa.types.is_floating(v) or pa.types.is_null(v):
+            return "embedding"
     if pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_dictionary(t):
         sample = arr.slice(0, 2000).cast(pa.string()) if not pa.types.is_dictionary(t) else None
         if sample is not None and len(sample) > 0:
@@ -186,12 +236,99 @@ def _column(name: str, kind: Kind, ref: Values, cur: Values, opts: DriftOptions)
         test = DRIFT_TESTS.get(test_name)
         if kind == "categorical" and test_name in ("ks", "wasserstein"):
             continue  # distances on an order categories do not have
-        threshold = opts.feature_thresholds.get(name, {}).get(
-            test_name, opts.thresholds.get(test_name, test.default_threshold)
-        )
+        threshold = opts.threshold(name, test_name, test.default_threshold)
+        assert threshold is not None
         value = test(pair)
         drift = value >= threshold if test.higher_is_drift else value < threshold
         tests[test_name] = {"value": value, "threshold": threshold, "drift": bool(drift)}
+    return {**out, "tests": tests, "drift": any(t["drift"] for t in tests.values())}
+
+
+def _domain_test(name: str, result: dict[str, Any], opts: DriftOptions) -> dict[str, Any]:
+    """A domain classifier's result judged: AUC at or above the threshold, and beyond chance."""
+    threshold = opts.threshold(name, "domain_classifier", DEFAULT_AUC)
+    assert threshold is not None
+    drift = result["value"] >= threshold and result["p_value"] < P_VALUE
+    return {**result, "threshold": threshold, "drift": bool(drift)}
+
+
+def _skip(out: dict[str, Any]) -> dict[str, Any] | None:
+    if out["n_ref"] and out["n_cur"]:
+        return None
+    side = "reference" if out["n_ref"] == 0 else "current window"
+    return {**out, "drift": False, "tests": {}, "skipped": f"no values in the {side}"}
+
+
+def _text_column(name: str, ref: Values, cur: Values, opts: DriftOptions) -> dict[str, Any]:
+    from aifab.ops import drift_text
+
+    r, r_missing = drift_text.texts(ref)
+    c, c_missing = drift_text.texts(cur)
+    out: dict[str, Any] = {
+        "kind": "text",
+        "n_ref": len(r),
+        "n_cur": len(c),
+        "ref_missing": r_missing / max(len(r) + r_missing, 1),
+        "missing": c_missing / max(len(c) + c_missing, 1),
+    }
+    if (skipped := _skip(out)) is not None:
+        return skipped
+    r = drift_text.sample(r, opts.text_rows, opts.seed)
+    c = drift_text.sample(c, opts.text_rows, opts.seed + 1)
+    tests: dict[str, Any] = {}
+    if "domain_classifier" in opts.text_tests:
+        dc = drift_text.domain_classifier(r, c, seed=opts.seed, top_words=opts.top_words)
+        if "skipped" in dc:
+            out["notes"] = [f"domain_classifier: {dc['skipped']}"]
+        else:
+            out["words"] = dc.pop("words")
+            tests["domain_classifier"] = _domain_test(name, dc, opts)
+    if "descriptors" in opts.text_tests:
+        for d, (rv, cv) in drift_text.descriptors(r, c, seed=opts.seed).items():
+            col = _column(f"{name}.{d}", "numerical", rv, cv, opts)
+            for test_name, result in col["tests"].items():
+                tests[f"{d}.{test_name}"] = result
+    return {**out, "tests": tests, "drift": any(t["drift"] for t in tests.values())}
+
+
+def _embedding_column(name: str, ref: Values, cur: Values, opts: DriftOptions) -> dict[str, Any]:
+    from aifab.ops import drift_embedding as emb
+
+    r, r_missing, dim = emb.vectors(ref)
+    c, c_missing, _ = emb.vectors(cur, dim)
+    out: dict[str, Any] = {
+        "kind": "embedding",
+        "dim": dim,
+        "n_ref": len(r),
+        "n_cur": len(c),
+        "ref_missing": r_missing / max(len(r) + r_missing, 1),
+        "missing": c_missing / max(len(c) + c_missing, 1),
+    }
+    if (skipped := _skip(out)) is not None:
+        return skipped
+    rng = np.random.default_rng(opts.seed)
+    if len(r) > opts.text_rows:
+        r = r[np.sort(rng.choice(len(r), opts.text_rows, replace=False))]
+    if len(c) > opts.text_rows:
+        c = c[np.sort(rng.choice(len(c), opts.text_rows, replace=False))]
+    tests: dict[str, Any] = {}
+    if "mean_distance" in opts.embedding_tests:
+        metric = opts.embedding_distance
+        value, boot = emb.mean_distance(r, c, metric=metric, seed=opts.seed)
+        threshold = opts.threshold(name, "mean_distance", None)
+        tests["mean_distance"] = {
+            "value": value,
+            "threshold": boot if threshold is None else threshold,
+            "threshold_from": "bootstrap" if threshold is None else "configured",
+            "distance": metric,
+            "drift": bool(value > (boot if threshold is None else threshold)),
+        }
+    if "domain_classifier" in opts.embedding_tests:
+        dc = emb.domain_classifier(r, c, seed=opts.seed)
+        if "skipped" in dc:
+            out["notes"] = [f"domain_classifier: {dc['skipped']}"]
+        else:
+            tests["domain_classifier"] = _domain_test(name, dc, opts)
     return {**out, "tests": tests, "drift": any(t["drift"] for t in tests.values())}
 
 
@@ -214,28 +351,28 @@ def drift_report(
     Returns:
         ``{"columns": {name: {kind, n_ref, n_cur, missing, tests: {test: {value, threshold,
         drift}}, drift}}, "drifted": [...], "share": float, "dataset_drift": bool,
-        "missing_columns": [...], "skipped": {name: reason}}``.
+        "missing_columns": [...], "skipped": {name: reason}}``; text columns add ``words``
+        (the classifier's most telling words per side), embedding columns ``dim``.
     """
     opts = options or DriftOptions()
     opts.check()
     wanted = list(columns) if columns is not None else [c for c in reference if c in current]
     report: dict[str, Any] = {"columns": {}, "missing_columns": [], "skipped": {}}
-    todo: list[tuple[str, Kind]] = []
+    todo: list[tuple[str, str]] = []
     for name in wanted:
         if name not in reference or name not in current:
             side = "reference" if name not in reference else "current window"
             report["missing_columns"].append({"column": name, "missing_from": side})
             continue
-        kind = opts.kinds.get(name) or column_kind(reference[name])
-        if kind == "text":
-            report["skipped"][name] = "free text: not compared value by value"
-            continue
-        if kind not in ("numerical", "categorical"):
-            raise InvalidInputError(f"kinds.{name}: {kind!r} is not numerical, categorical or text")
-        todo.append((name, kind))  # type: ignore[arg-type]
+        todo.append((name, opts.kinds.get(name) or column_kind(reference[name])))
 
-    def one(item: tuple[str, Kind]) -> dict[str, Any]:
-        return _column(item[0], item[1], reference[item[0]], current[item[0]], opts)
+    def one(item: tuple[str, str]) -> dict[str, Any]:
+        name, kind = item
+        if kind == "text":
+            return _text_column(name, reference[name], current[name], opts)
+        if kind == "embedding":
+            return _embedding_column(name, reference[name], current[name], opts)
+        return _column(name, kind, reference[name], current[name], opts)  # type: ignore[arg-type]
 
     big = sum(len(reference[n]) + len(current[n]) for n, _ in todo) > _PARALLEL_VALUES
     if big and len(todo) > 1:
@@ -246,6 +383,8 @@ def drift_report(
         results = [one(item) for item in todo]
     for (name, _), col in zip(todo, results, strict=True):
         report["columns"][name] = col
+        if "skipped" in col:
+            report["skipped"][name] = col["skipped"]
     tested = [n for n, c in report["columns"].items() if c["tests"]]
     drifted = [n for n in tested if report["columns"][n]["drift"]]
     share = len(drifted) / len(tested) if tested else 0.0

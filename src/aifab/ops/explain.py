@@ -14,7 +14,7 @@ import numpy as np
 from aifab.core.errors import InvalidInputError
 from aifab.core.registry import Registry
 from aifab.ops.explain_model import TabularModel, load_tabular
-from aifab.ops.explain_shapley import coalitions, masked_inputs, owners
+from aifab.ops.explain_shapley import EXACT_MAX, coalitions, masked_inputs, owners
 
 __all__ = [
     "EXPLAINERS",
@@ -54,12 +54,18 @@ class ShapleyExplainer:
         m, k = len(cols), len(bg)
         masks, weights = coalitions(m)
         x = model.handler.encode_inputs(records)["x"].reshape(len(records), -1)
-        stacked = []
+        x_bg = model.x_background.astype(np.float32, copy=False)
+        # Rows (record, background row, coalition) in that order, built by broadcasting.
+        stacked = np.empty((len(records), k, len(masks), x.shape[1]), dtype=np.float32)
         for r, rec in enumerate(records):
+            if not _needs_probe(model, x[r]):
+                np.copyto(stacked[r], np.where(_keep(model, masks), x[r], x_bg[:, None, :]))
+                continue
             for j in range(k):
                 owner = _owner_for(model, rec, x[r], j)
-                stacked.append(masked_inputs(x[r], model.x_background[j], owner, masks))
-        proba = model.proba_x(np.concatenate(stacked)).reshape(len(records), k, len(masks), -1)
+                stacked[r, j] = masked_inputs(x[r], x_bg[j], owner, masks)
+        proba = model.proba_x(stacked.reshape(-1, x.shape[1]))
+        proba = proba.reshape(len(records), k, len(masks), -1)
         out = []
         for r, rec in enumerate(records):
             full = proba[r, 0, -1]  # the all-kept coalition is the record itself
@@ -75,6 +81,30 @@ class ShapleyExplainer:
                 }
             )
         return out
+
+
+def _needs_probe(model: TabularModel, x_rec: np.ndarray) -> bool:
+    """Whether a column no feature owns differs between the record and a background row."""
+    unknown = model.owner < 0
+    return bool((x_rec[unknown] != model.x_background[:, unknown]).any())
+
+
+def _keep(model: TabularModel, masks: np.ndarray) -> np.ndarray:
+    """``(coalitions, cols)``: where a coalition keeps the record's encoded value.
+
+    From the model's own column ownership; columns no feature owns keep the record's values
+    (they equal every background row's wherever this is used). Exact coalitions are the same
+    for every record, so their mask is built once per model.
+    """
+    exact = masks.shape[1] <= EXACT_MAX
+    if exact and masks.shape[1] in model.keep_cache:
+        return model.keep_cache[masks.shape[1]]
+    keep = np.ones((masks.shape[0], model.owner.shape[0]), dtype=bool)
+    owned = model.owner >= 0
+    keep[:, owned] = masks[:, model.owner[owned]]
+    if exact:
+        model.keep_cache[masks.shape[1]] = keep
+    return keep
 
 
 def _owner_for(model: TabularModel, rec: dict[str, Any], x_rec: np.ndarray, j: int) -> np.ndarray:

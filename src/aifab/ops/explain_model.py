@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import date, datetime
 from datetime import time as dtime
 from decimal import Decimal
@@ -64,6 +64,8 @@ class TabularModel:
     x_background: np.ndarray
     #: The raw feature (index into ``columns``) that owns each encoded column, -1 if unseen.
     owner: np.ndarray
+    #: Per coalition size: where each exact coalition keeps the record's encoded columns.
+    keep_cache: dict[int, np.ndarray] = field(default_factory=dict)
 
     def decode(self, records: Any) -> list[dict[str, Any]]:
         """Check records as the served model does (names the bad row and field)."""
@@ -194,7 +196,11 @@ def load_tabular(ref: str) -> TabularModel:
             f"{pre.get('modality') or sidecar.get('builder')!r}"
         )
     handler = ClassifierHandler()
-    handler.setup(model_dir, sidecar, {"backend": "torch", "max_request_items": 1_000_000})
+    # One intra-op thread: an explanation's few thousand coalition rows run in ~2 ms on one
+    # core, while a parallel region waits on whichever core a busy machine lends last
+    # (p50 3.5 ms but p95 56 ms with 2 threads on 2 loaded cores; bench/explain.py).
+    options = {"backend": "torch", "max_request_items": 1_000_000, "threads": 1}
+    handler.setup(model_dir, sidecar, options)
     try:
         records, labels = test_split(model_dir, sidecar)
     except NotFoundError as exc:

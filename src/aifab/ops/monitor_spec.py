@@ -33,6 +33,31 @@ class DriftSpec(StrictConfig):
     prediction: bool = Field(
         True, description="Compare predicted classes with the model's on its reference rows."
     )
+    text_tests: list[Literal["domain_classifier", "descriptors"]] = Field(
+        ["domain_classifier", "descriptors"],
+        description="Text columns: TF-IDF domain classifier (AUC) and/or descriptors "
+        "(length, out-of-vocabulary and non-letter shares through `tests`).",
+    )
+    embedding_tests: list[Literal["mean_distance", "domain_classifier"]] = Field(
+        ["mean_distance", "domain_classifier"],
+        description="Embedding columns: distance of mean vectors and/or a domain classifier.",
+    )
+    embedding_distance: Literal["cosine", "euclidean"] = Field(
+        "cosine", description="Distance of mean vectors (mean_distance)."
+    )
+    embed_text: list[str] = Field(
+        [],
+        description="Text columns also embedded with embedding_model and compared as the "
+        "embedding column '<column>:embedding'.",
+    )
+    embedding_model: str = Field(
+        "builtin:all-minilm-l6-v2", description="Local embedding model for embed_text."
+    )
+    embed_rows: int = Field(500, ge=20, description="Texts per side embedded at most.")
+    text_rows: int = Field(
+        2000, ge=20, description="Texts or vectors per side the text/embedding tests read."
+    )
+    top_words: int = Field(10, ge=0, description="Telling words reported per side of a text.")
 
 
 class QualitySpec(StrictConfig):
@@ -109,12 +134,21 @@ class MonitorSpec(StrictConfig):
 
     @model_validator(mode="after")
     def _known_tests(self) -> MonitorSpec:
+        from aifab.ops.drift import KINDS
+        from aifab.ops.drift_embedding import EMBEDDING_TESTS
         from aifab.ops.drift_tests import DRIFT_TESTS
+        from aifab.ops.drift_text import TEXT_TESTS
 
         names = {*self.drift.tests, *self.drift.thresholds}
-        bad = sorted(n for n in names if n != "auto" and n not in DRIFT_TESTS)
+        for per in self.drift.feature_thresholds.values():
+            names.update(per)
+        known = {"auto", *DRIFT_TESTS.names(), *TEXT_TESTS, *EMBEDDING_TESTS}
+        bad = sorted(n for n in names if n not in known)
         if bad:
             raise ValueError(f"drift: unknown test(s) {', '.join(bad)}")
+        bad_kinds = sorted(f"{c}: {k!r}" for c, k in self.drift.kinds.items() if k not in KINDS)
+        if bad_kinds:
+            raise ValueError(f"drift.kinds: {bad_kinds[0]} is not one of {', '.join(KINDS)}")
         from aifab.ops.sinks import SINKS
 
         for sink in self.sinks:

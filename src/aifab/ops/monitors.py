@@ -10,7 +10,7 @@ from __future__ import annotations
 import time
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import select
 
@@ -23,7 +23,7 @@ from aifab.core.names import SHORT_NAME, is_full_match
 from aifab.ops.alert_rules import Rule, default_rules, evaluate
 from aifab.ops.alerts import process_breaches
 from aifab.ops.drift import DriftOptions, drift_report
-from aifab.ops.monitor_spec import MonitorSpec
+from aifab.ops.monitor_spec import DriftSpec, MonitorSpec
 from aifab.ops.tables import MonitorResultRow, MonitorRow
 from aifab.ops.window import (
     feature_columns,
@@ -33,6 +33,9 @@ from aifab.ops.window import (
     predicted_labels,
     slo_values,
 )
+
+if TYPE_CHECKING:
+    from aifab.ops.reference import Reference
 
 __all__ = [
     "create_monitor",
@@ -163,23 +166,36 @@ def _drift(
         )
     except AifabError as exc:
         return {}, {"error": f"no reference: {exc.message}"}
+    ref_cols: dict[str, Any] = dict(ref.columns())
+    skip = {ref.label, "split"}
+    wanted = spec.features or [c for c in columns if c not in skip]
+    kinds = dict(d.kinds)
+    notes = _embed_columns(d, ref, ref_cols, columns, wanted, kinds)
     opts = DriftOptions(
         tests=tuple(d.tests),
         thresholds=d.thresholds,
         feature_thresholds=d.feature_thresholds,
-        kinds=d.kinds,
+        kinds=kinds,
         drift_share=d.drift_share,
+        text_tests=tuple(d.text_tests),
+        embedding_tests=tuple(d.embedding_tests),
+        embedding_distance=d.embedding_distance,
+        text_rows=d.text_rows,
+        top_words=d.top_words,
     )
-    ref_cols = ref.columns()
-    skip = {ref.label, "split"}
-    wanted = spec.features or [c for c in columns if c not in skip]
     report = drift_report(ref_cols, columns, opts, columns=wanted)
     report["reference"] = describe(ref)
+    report["notes"] = notes
     values = {
         "drift_share": report["share"],
         "drifted_columns": float(len(report["drifted"])),
         "dataset_drift": float(report["dataset_drift"]),
     }
+    for col, info in report["columns"].items():
+        # Text and embedding scores as values: alert rules and /metrics can name them.
+        for test in ("domain_classifier", "mean_distance"):
+            if test in info.get("tests", {}):
+                values[f"{test}:{col}"] = float(info["tests"][test]["value"])
     if d.prediction and labels:
         try:
             baseline = reference_predictions(ref)
@@ -194,6 +210,39 @@ def _drift(
             report["prediction"] = pred["columns"]["prediction"]
             values["prediction_drift"] = float(report["prediction"]["drift"])
     return values, report
+
+
+def _embed_columns(
+    d: DriftSpec,
+    ref: Reference,
+    ref_cols: dict[str, Any],
+    columns: dict[str, list[Any]],
+    wanted: list[str],
+    kinds: dict[str, str],
+) -> list[str]:
+    """Add ``<column>:embedding`` of each ``embed_text`` column to both sides; notes on failures.
+
+    The reference's vectors are cached per process; the window's are computed each run.
+    """
+    from aifab.ops.drift_embedding import embed_texts
+    from aifab.ops.drift_text import sample, texts
+    from aifab.ops.reference import reference_embeddings
+
+    notes: list[str] = []
+    for col in d.embed_text:
+        if col not in ref_cols or col not in columns:
+            continue  # the text column itself is reported missing
+        cur, _ = texts(columns[col])
+        try:
+            ref_vectors = reference_embeddings(ref, col, d.embedding_model, d.embed_rows)
+            cur_vectors = embed_texts(sample(cur, d.embed_rows, 1), d.embedding_model)
+        except AifabError as exc:
+            notes.append(f"{col}: not embedded: {exc.message}")
+            continue
+        key = f"{col}:embedding"
+        ref_cols[key], columns[key], kinds[key] = ref_vectors, cur_vectors, "embedding"
+        wanted.append(key)
+    return notes
 
 
 def _rules(spec: MonitorSpec) -> list[Rule]:
@@ -231,6 +280,7 @@ def measure(spec: MonitorSpec, start: float, end: float) -> tuple[dict[str, floa
             values.update(drift_values)
             if "error" in report["drift"]:
                 report["notes"].append(report["drift"]["error"])
+            report["notes"].extend(report["drift"].pop("notes", []))
             for m in report["drift"].get("missing_columns", []):
                 report["notes"].append(f"column {m['column']} missing from the {m['missing_from']}")
     ids = [str(r["request_id"]) for r in rows if r.get("request_id")]

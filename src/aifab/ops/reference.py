@@ -117,6 +117,28 @@ def reference_predictions(ref: Reference, limit: int = 5000) -> list[str]:
     return out
 
 
+_EMBEDDINGS: dict[tuple[str, ...], list[list[float]]] = {}
+
+
+def reference_embeddings(ref: Reference, column: str, model: str, limit: int) -> list[list[float]]:
+    """Vectors of (a seeded sample of at most ``limit``) texts of ``column`` from ``model``.
+
+    Cached per model version, reference, column, embedding model and limit for the life of
+    the process: the reference does not change under a model version.
+
+    Raises:
+        InvalidInputError: the embedding model cannot load.
+    """
+    from aifab.ops.drift_embedding import embed_texts
+    from aifab.ops.drift_text import sample, texts
+
+    key = (ref.model, ref.dataset, column, model, str(limit))
+    if key not in _EMBEDDINGS:
+        items, _ = texts(ref.table.column(column))
+        _EMBEDDINGS[key] = embed_texts(sample(items, limit, 0), model)
+    return _EMBEDDINGS[key]
+
+
 def describe(ref: Reference) -> dict[str, Any]:
     """What a report says about its reference."""
     return {"dataset": ref.dataset, "model": ref.model, "rows": ref.table.num_rows}

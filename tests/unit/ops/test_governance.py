@@ -196,3 +196,24 @@ def test_pipeline_card_step(model: Any, tmp_path: Path) -> None:
     assert (Path(step.outputs["details"]["path"]) / "card.md").is_file()
     again = run_pipeline(pipeline)
     assert again.steps[0].status == "skipped"
+
+
+def test_broadcast_coalitions_equal_the_per_background_row_path(
+    model: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Records whose columns all have owners take one broadcast; the result is the same."""
+    import torch
+
+    import aifab.ops.explain as explain
+
+    rows = model.test_records[:4]
+    fast = ShapleyExplainer().explain(model, rows)
+    # Explanations' coalition batches run torch on one thread (robust on busy machines).
+    assert torch.get_num_threads() == 1
+    monkeypatch.setattr(explain, "_needs_probe", lambda *_: True)
+    slow = ShapleyExplainer().explain(model, rows)
+    for a, b in zip(fast, slow, strict=True):
+        assert a["label"] == b["label"] and a["value"] == b["value"] and a["base"] == b["base"]
+        assert [c["contribution"] for c in a["contributions"]] == [
+            c["contribution"] for c in b["contributions"]
+        ]
