@@ -13,7 +13,7 @@ from typing import Any
 from fastapi import APIRouter, Depends, Request, Response
 
 from aifab.core.errors import AifabError
-from aifab.data import lineage, resolve
+from aifab.data import lineage
 from aifab.data.features import list_feature_sets
 from aifab.inference.deployments import list_deployments
 from aifab.track import model_versions_of_runs, resolve_model, runs_reading
@@ -59,7 +59,7 @@ def _data_nodes(ref: str) -> tuple[list[Node], list[tuple[str, str]], dict[str, 
                 current=n["ref"] == graph["root"],
             )
         )
-        hashes[node_id] = resolve(n["ref"]).content_hash
+        hashes[node_id] = n["content_hash"]
         if n["transform"] == "ingest" and n["source"]:
             source_id = f"s:{n['source']}"
             nodes.append(
