@@ -198,17 +198,18 @@ def test_a_developer_labels_a_row_and_gets_the_next_one(client: TestClient) -> N
     assert r.status_code == 400
 
 
-def test_layout_puts_children_right_of_parents_without_overlap() -> None:
+def test_layout_puts_children_below_parents_without_overlap() -> None:
     nodes = [Node(i, "version", i) for i in ("a", "b", "c", "d", "e")]
     edges = [("a", "b"), ("b", "c"), ("a", "d"), ("d", "c"), ("c", "e"), ("a", "e")]
     drawn = layout(nodes, edges)
     at = {p["node"].id: (p["x"], p["y"]) for p in drawn["nodes"]}
     for parent, child in edges:
-        assert at[parent][0] < at[child][0], (parent, child)
-    assert at["e"][0] > at["c"][0]  # longest path, not the shortest
+        assert at[parent][1] < at[child][1], (parent, child)
+    assert at["e"][1] > at["c"][1]  # longest path, not the shortest
     assert len(set(at.values())) == len(at)
     assert len(drawn["edges"]) == len(edges) and drawn["cut"] == 0
     assert drawn["width"] >= max(x for x, _ in at.values()) + 190
+    assert drawn["height"] >= max(y for _, y in at.values()) + 44
 
 
 def test_layout_cuts_huge_graphs_and_survives_cycles() -> None:

@@ -40,13 +40,10 @@ CELL_CHARS = 200
 
 
 def _cell(value: Any) -> str:
-    text = (
-        "∅"
-        if value is None
-        else value
-        if isinstance(value, str)
-        else json.dumps(value, default=str, ensure_ascii=False)
-    )
+    if value is None:
+        return "∅"
+    plain = isinstance(value, dict | list)  # records and nested values read as JSON
+    text = json.dumps(value, default=str, ensure_ascii=False) if plain else str(value)
     return text if len(text) <= CELL_CHARS else text[: CELL_CHARS - 1] + "…"
 
 

@@ -14,6 +14,13 @@ __all__ = ["COLUMNS_PER_PAGE", "column_window"]
 
 #: Columns (and so charts) shown on one page of a version.
 COLUMNS_PER_PAGE = 24
+#: Category labels under a bar are cut to this many characters (the table has the values).
+LABEL_CHARS = 24
+
+
+def _label(value: object) -> str:
+    text = str(value)
+    return text if len(text) <= LABEL_CHARS else text[: LABEL_CHARS - 1] + "…"
 
 
 def _chart(name: str, col: dict[str, Any]) -> dict[str, Any] | None:
@@ -22,7 +29,8 @@ def _chart(name: str, col: dict[str, Any]) -> dict[str, Any] | None:
         return charts.histogram(hist["edges"], {"rows": hist["counts"]}, x_label=name)
     top = col.get("top_values")
     if top:
-        return charts.bars([str(v) for v, _ in top], {"rows": [n for _, n in top]}, x_label=name)
+        labels = [_label(v) for v, _ in top]
+        return charts.bars(labels, {"rows": [n for _, n in top]}, x_label=name)
     return None
 
 
