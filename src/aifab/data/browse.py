@@ -23,15 +23,20 @@ EXPORT_FORMATS = ("parquet", "csv", "tsv", "json", "jsonl", "arrow", "feather")
 _QUOTED = re.compile(r'"([^"]+)"')
 
 
-def head(ref: str, n: int = 10, columns: Sequence[str] | None = None) -> pa.Table:
+def head(ref: str | VersionInfo, n: int = 10, columns: Sequence[str] | None = None) -> pa.Table:
     """The first ``n`` rows of a version (only ``columns``, in that order, when given).
+
+    Args:
+        ref: ``NAME`` or ``NAME@VERSION``, or a version already resolved.
+        n: how many rows.
+        columns: the columns to read (None: all of them).
 
     Raises:
         InvalidInputError: a negative ``n``, or a column the version does not have.
     """
     if n < 0:
         raise InvalidInputError(f"n must be >= 0, got {n}")
-    v = resolve(ref)
+    v = ref if isinstance(ref, VersionInfo) else resolve(ref)
     picked = "*"
     if columns is not None:
         missing = [c for c in columns if c not in set(v.columns)]

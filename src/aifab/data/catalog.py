@@ -219,8 +219,10 @@ def list_datasets(*, offset: int = 0, limit: int | None = None) -> list[dict[str
             .group_by(VersionRow.dataset_id)
             .subquery()
         )
+        # Not the whole version row: a wide version's profile is megabytes of JSON.
+        v = VersionRow
         rows = s.execute(
-            select(DatasetRow, VersionRow, latest.c.n)
+            select(DatasetRow, v.version, v.num_rows, v.schema, v.created_at, latest.c.n)
             .join(latest, latest.c.dataset_id == DatasetRow.id)
             .join(
                 VersionRow,
@@ -233,14 +235,14 @@ def list_datasets(*, offset: int = 0, limit: int | None = None) -> list[dict[str
         return [
             {
                 "name": ds.name,
-                "latest": f"{ds.name}@{v.version}",
+                "latest": f"{ds.name}@{version}",
                 "versions": int(n),
-                "rows": v.num_rows,
-                "columns": len(v.schema),
-                "updated_at": v.created_at,
+                "rows": num_rows,
+                "columns": len(schema),
+                "updated_at": created_at,
                 "description": ds.description,
             }
-            for ds, v, n in rows
+            for ds, version, num_rows, schema, created_at, n in rows
         ]
 
 

@@ -60,7 +60,7 @@ def _version(ref: str, col_offset: int) -> dict[str, Any]:
     profile = ensure_profile(v)
     columns = column_window(v.schema, profile, col_offset)
     names = [c["name"] for c in columns["columns"]]
-    preview = head(v.ref, PREVIEW_ROWS, names).to_pylist() if names else []
+    preview = head(v, PREVIEW_ROWS, names).to_pylist() if names else []
     return {
         "v": v,
         "columns": columns,

@@ -15,7 +15,14 @@ from fastapi import APIRouter, Depends, Request, Response
 from fastapi.responses import RedirectResponse
 
 from aifab.core.actor import acting_as
-from aifab.data import ensure_profile, label_history, label_queue_next, resolve, submit_label
+from aifab.data import (
+    VersionInfo,
+    ensure_profile,
+    label_history,
+    label_queue_next,
+    resolve,
+    submit_label,
+)
 from aifab.web.auth import UiError, Viewer, need, read_form, viewer
 from aifab.web.render import page
 from aifab.web.routing import UiRoute
@@ -30,13 +37,12 @@ LABEL_PERMISSION = "ingest"
 MAX_CHOICES = 9
 
 
-def label_choices(name: str) -> list[str]:
-    """The labels a person picks from for dataset ``name``.
+def label_choices(v: VersionInfo) -> list[str]:
+    """The labels a person picks from for version ``v``.
 
-    Those of the labeling functions that made its latest version, else the most common
-    values of its ``label`` column.
+    Those of the labeling functions that made it, else the most common values of its
+    ``label`` column.
     """
-    v = resolve(name)
     functions = (v.transform.get("spec") or {}).get("functions") or []
     found = [str(f["label"]) for f in functions if isinstance(f, dict) and f.get("label")]
     if not found and "label" in v.columns:
@@ -49,7 +55,7 @@ def _queue(name: str) -> dict[str, Any]:
     items = label_queue_next(name, 1)
     return {
         "item": items[0] if items else None,
-        "choices": label_choices(name),
+        "choices": label_choices(resolve(name)),
         "history": label_history(name, 10),
     }
 

@@ -166,7 +166,10 @@ def lineage_graph(ref: str) -> dict[str, Any]:
     all_nodes = nodes + feats + runs + serving
     drawn = layout(all_nodes, edges + feat_edges + run_edges + serving_edges)
     shown = {p["node"].id: p["node"] for p in drawn["nodes"]}
-    drawn["links"] = [(shown[e["parent"]], shown[e["child"]]) for e in drawn["edges"]]
+    at = {p["node"].id: (p["y"], p["x"]) for p in drawn["nodes"]}
+    # The list reads in the drawing's order: top to bottom, left to right.
+    edges_read = sorted(drawn["edges"], key=lambda e: (at[e["parent"]], at[e["child"]]))
+    drawn["links"] = [(shown[e["parent"]], shown[e["child"]]) for e in edges_read]
     drawn["ref"] = ref
     return drawn
 
