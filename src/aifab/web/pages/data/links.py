@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from typing import TypeVar
 from urllib.parse import quote
 
 from aifab.core.errors import NotFoundError
@@ -16,6 +17,8 @@ __all__ = [
     "version_url",
     "window",
 ]
+
+T = TypeVar("T")
 
 
 def _q(part: str) -> str:
@@ -55,7 +58,7 @@ def parse_version(name: str, version: str) -> str:
     return f"{name}@{int(version)}"
 
 
-def window(page: Page, rows: list[object]) -> tuple[list[object], str | None, str | None]:
+def window(page: Page, rows: list[T]) -> tuple[list[T], str | None, str | None]:
     """A page of rows fetched from ``page.offset`` with ``page.limit + 1``: rows, prev, next."""
     prev = page.link(page.offset - page.limit) if page.offset > 0 else None
     nxt = page.link(page.offset + page.limit) if len(rows) > page.limit else None
