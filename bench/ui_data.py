@@ -65,11 +65,9 @@ def main() -> None:
 
     from fastapi.testclient import TestClient
 
-    from aifab.data import list_versions
+    from aifab.data import list_datasets, list_versions
     from aifab.serve.app import create_app
     from aifab.serve.keys import create_key
-
-    from aifab.data import list_datasets
 
     start = time.perf_counter()
     if not list_datasets():
