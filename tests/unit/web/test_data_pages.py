@@ -218,3 +218,27 @@ def test_layout_cuts_huge_graphs_and_survives_cycles() -> None:
     drawn = layout(nodes, [*chain, ("5", "2")])
     assert len(drawn["nodes"]) == MAX_NODES and drawn["cut"] == 40
     assert all(int(e["child"]) < MAX_NODES for e in drawn["edges"])
+
+
+def test_choices_come_from_the_label_column_and_the_queue_empties(client: TestClient) -> None:
+    commit_query(
+        "plain",
+        "SELECT * FROM (VALUES (1, 'a'), (2, 'b'), (3, 'a')) t(n, label)",
+        source="gen",
+        transform={"kind": "t"},
+    )  # no labeling functions made it: the choices are its label column's values
+    _sign_in(client, "admin")
+    html = client.get("/ui/data/plain/label").text
+    assert re.findall(r'data-label-key="(\d)"', html) == ["1", "2"]
+    assert "</kbd> a</button>" in html and "</kbd> b</button>" in html
+    for _ in range(3):
+        key = re.search(r'name="item_key" value="([^"]+)"', client.get("/ui/data/plain/label").text)
+        assert key is not None
+        r = client.post(
+            "/ui/data/plain/label",
+            data={"csrf": _csrf(client), "item_key": key.group(1), "label": "b"},
+            follow_redirects=False,
+        )
+        assert r.status_code == 303, r.text
+    assert len(label_history("plain")) == 3
+    assert "Every row of plain has a human label." in client.get("/ui/data/plain/label").text
