@@ -94,6 +94,8 @@ def test_diff_of_two_versions_picked_in_the_form(
     assert re.search(r"963\s+rows in customers_valid@1", stats), stats
     assert re.search(r"37\s+rows only in A", stats), stats
     assert chart_drawn(page, "diff-chart")
+    age = page.locator("canvas[aria-label^='age: quantiles in customers_clean@1']")
+    assert chart_drawn(page, age.get_attribute("id"))  # the rule dropped ages out of range
     screenshot(page, "data-diff")
 
 
@@ -204,7 +206,8 @@ def test_markup_in_values_and_column_names_shows_as_text_and_runs_nothing(
 
 @pytest.mark.parametrize(
     "path", ["/ui/data", "/ui/data/customers_clean", "/ui/data/customers_clean/versions/1",
-             "/ui/data/customers_split/versions/1/lineage", "/ui/data/customers_labeled/label"]
+             "/ui/data/customers_split/versions/1/lineage", "/ui/data/customers_labeled/label",
+             "/ui/data/customers_valid/diff?a=customers_clean@1&b=1"]
 )  # fmt: skip
 def test_data_pages_have_no_serious_accessibility_findings(
     sign_in: Callable[..., Any], axe_findings: Callable[..., Any], dashboard: Any, path: str

@@ -99,6 +99,28 @@ def test_versions_page_in_the_query_and_bad_bounds_fall_back(client: TestClient)
     assert len(_refs_on(client.get("/ui/data/t?limit=99999").text)) == 7  # capped, not refused
 
 
+def test_diff_draws_changed_columns_side_by_side(client: TestClient) -> None:
+    for n in (30, 60, 90):  # x spreads, s gains values
+        sql = f"SELECT range AS x, 'k' || (range % {n // 15}) AS s FROM range({n})"
+        commit_query("t", sql, source="g", transform={"kind": "t"})
+    for n in (9, 12):
+        sql = f"SELECT 'id' || range AS s FROM range({n})"
+        commit_query("ids", sql, source="g", transform={"kind": "t"})
+    _sign_in(client)
+    html = client.get("/ui/data/t/diff?a=1&b=3").text
+    assert "Compare t@1 and t@3" in html
+    assert 'id="diff-col-0"' in html and 'id="diff-col-1"' in html  # x (quantiles), s (shares)
+    assert "x: quantiles in t@1 and t@3" in html
+    assert "s: share of rows per value in t@1 and t@3" in html
+    assert re.search(r"rows only in B</div>", html) and "rows only in A" in html
+    same = client.get("/ui/data/t/diff?a=t@2&b=2").text
+    assert "Same content" in same and 'id="diff-col-0"' not in same
+    unique = client.get("/ui/data/ids/diff").text  # the last two versions: unique keys only
+    assert "Compare ids@1 and ids@2" in unique and "<td>s</td>" in unique
+    assert 'id="diff-col-0"' not in unique  # nothing to draw: every value is seen once
+    assert client.get("/ui/data/t/diff?a=t@1;x&b=2").status_code == 400
+
+
 def test_datasets_page_pages_by_name(client: TestClient) -> None:
     for name in ("b", "a", "c"):
         _versions(1, name)
