@@ -17,6 +17,7 @@ from aifab.data.catalog import (
     commit_staged,
     ensure_profile,
     list_datasets,
+    list_version_summaries,
     list_versions,
     resolve,
 )
@@ -69,6 +70,7 @@ __all__ = [
     "lineage",
     "list_datasets",
     "list_quarantine",
+    "list_version_summaries",
     "list_versions",
     "load_feature_transform",
     "quarantine",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -22,12 +23,30 @@ EXPORT_FORMATS = ("parquet", "csv", "tsv", "json", "jsonl", "arrow", "feather")
 _QUOTED = re.compile(r'"([^"]+)"')
 
 
-def head(ref: str, n: int = 10) -> pa.Table:
-    """The first ``n`` rows of a version."""
+def head(ref: str | VersionInfo, n: int = 10, columns: Sequence[str] | None = None) -> pa.Table:
+    """The first ``n`` rows of a version (only ``columns``, in that order, when given).
+
+    Args:
+        ref: ``NAME`` or ``NAME@VERSION``, or a version already resolved.
+        n: how many rows.
+        columns: the columns to read (None: all of them).
+
+    Raises:
+        InvalidInputError: a negative ``n``, or a column the version does not have.
+    """
     if n < 0:
         raise InvalidInputError(f"n must be >= 0, got {n}")
-    v = resolve(ref)
-    return lake.connect().sql(f"SELECT * FROM {v.scan_sql()} LIMIT {int(n)}").to_arrow_table()
+    v = ref if isinstance(ref, VersionInfo) else resolve(ref)
+    picked = "*"
+    if columns is not None:
+        missing = [c for c in columns if c not in set(v.columns)]
+        if missing:
+            raise InvalidInputError(f"{v.ref} has no column {missing[0]!r}")
+        if not columns:
+            raise InvalidInputError("columns: give at least one column (or None for all)")
+        picked = ", ".join(lake.sql_ident(c) for c in columns)
+    sql = f"SELECT {picked} FROM {v.scan_sql()} LIMIT {int(n)}"
+    return lake.connect().sql(sql).to_arrow_table()
 
 
 def _bind_datasets(con: duckdb.DuckDBPyConnection, sql: str) -> None:
@@ -175,6 +194,7 @@ def lineage(ref: str, depth: int = 50) -> dict[str, Any]:
             assert ds is not None
             nodes[vid] = {
                 "ref": f"{ds.name}@{row.version}",
+                "content_hash": row.content_hash,
                 "rows": row.num_rows,
                 "source": row.source,
                 "transform": row.transform.get("kind"),

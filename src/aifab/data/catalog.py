@@ -22,7 +22,7 @@ from sqlalchemy.orm import Session
 from aifab.core.actor import current_actor
 from aifab.core.audit import record_event
 from aifab.core.db import session_scope
-from aifab.core.errors import NotFoundError
+from aifab.core.errors import InvalidInputError, NotFoundError
 from aifab.data import lake
 from aifab.data.profile import profile_relation
 from aifab.data.refs import DatasetRef, check_name, parse_ref
@@ -148,8 +148,67 @@ def list_versions(name: str) -> list[VersionInfo]:
         return [_info(s, r, ds.name) for r in rows]
 
 
-def list_datasets() -> list[dict[str, Any]]:
-    """One summary per dataset: name, latest version, rows, versions count, updated time."""
+def list_version_summaries(name: str, *, offset: int = 0, limit: int = 50) -> list[dict[str, Any]]:
+    """One page of a dataset's versions, newest first, without schemas or profiles.
+
+    Only the listed rows are read, so a page costs the same with 10 versions or 10,000.
+
+    Args:
+        name: the dataset.
+        offset: versions to skip (newest first).
+        limit: at most this many versions.
+
+    Returns:
+        ``{"ref", "version", "content_hash", "num_rows", "num_bytes", "source", "transform",
+        "created_at", "created_by"}`` per version; ``transform`` is its kind.
+
+    Raises:
+        NotFoundError: no such dataset.
+        InvalidInputError: a negative offset or a limit under 1.
+    """
+    if offset < 0 or limit < 1:
+        raise InvalidInputError(f"offset must be >= 0 and limit >= 1 (got {offset}, {limit})")
+    with session_scope() as s:
+        ds = _dataset(s, name)
+        rows = s.execute(
+            select(
+                VersionRow.version,
+                VersionRow.content_hash,
+                VersionRow.num_rows,
+                VersionRow.num_bytes,
+                VersionRow.source,
+                VersionRow.transform,
+                VersionRow.created_at,
+                VersionRow.created_by,
+            )
+            .where(VersionRow.dataset_id == ds.id)
+            .order_by(VersionRow.version.desc())
+            .offset(offset)
+            .limit(limit)
+        ).all()
+        return [
+            {
+                "ref": f"{ds.name}@{r.version}",
+                "version": r.version,
+                "content_hash": r.content_hash,
+                "num_rows": r.num_rows,
+                "num_bytes": r.num_bytes,
+                "source": r.source,
+                "transform": (r.transform or {}).get("kind"),
+                "created_at": r.created_at,
+                "created_by": r.created_by,
+            }
+            for r in rows
+        ]
+
+
+def list_datasets(*, offset: int = 0, limit: int | None = None) -> list[dict[str, Any]]:
+    """One summary per dataset: name, latest version, rows, versions count, updated time.
+
+    Args:
+        offset: datasets to skip (in name order).
+        limit: at most this many datasets (None: all).
+    """
     with session_scope() as s:
         latest = (
             select(
@@ -160,26 +219,30 @@ def list_datasets() -> list[dict[str, Any]]:
             .group_by(VersionRow.dataset_id)
             .subquery()
         )
+        # Not the whole version row: a wide version's profile is megabytes of JSON.
+        v = VersionRow
         rows = s.execute(
-            select(DatasetRow, VersionRow, latest.c.n)
+            select(DatasetRow, v.version, v.num_rows, v.schema, v.created_at, latest.c.n)
             .join(latest, latest.c.dataset_id == DatasetRow.id)
             .join(
                 VersionRow,
                 (VersionRow.dataset_id == DatasetRow.id) & (VersionRow.version == latest.c.v),
             )
             .order_by(DatasetRow.name)
+            .offset(max(0, offset))
+            .limit(limit)
         ).all()
         return [
             {
                 "name": ds.name,
-                "latest": f"{ds.name}@{v.version}",
+                "latest": f"{ds.name}@{version}",
                 "versions": int(n),
-                "rows": v.num_rows,
-                "columns": len(v.schema),
-                "updated_at": v.created_at,
+                "rows": num_rows,
+                "columns": len(schema),
+                "updated_at": created_at,
                 "description": ds.description,
             }
-            for ds, v, n in rows
+            for ds, version, num_rows, schema, created_at, n in rows
         ]
 
 

@@ -65,14 +65,15 @@ def quarantine(
 
 
 def list_quarantine(
-    dataset: str, stage: str | None = None, limit: int = 100
+    dataset: str, stage: str | None = None, limit: int = 100, *, offset: int = 0
 ) -> list[dict[str, Any]]:
-    """Quarantined rows of a dataset, newest first."""
+    """Quarantined rows of a dataset, newest first (``offset`` rows skipped)."""
     with session_scope() as s:
         q = select(QuarantineRow).where(QuarantineRow.dataset == dataset)
         if stage:
             q = q.where(QuarantineRow.stage == stage)
-        rows = s.scalars(q.order_by(QuarantineRow.id.desc()).limit(limit))
+        q = q.order_by(QuarantineRow.id.desc()).offset(max(0, offset))
+        rows = s.scalars(q.limit(limit))
         return [
             {
                 "id": r.id,

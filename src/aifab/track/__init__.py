@@ -17,6 +17,7 @@ from aifab.track.registry import (
 )
 from aifab.track.runs import compare_runs, get_run, list_runs, metric_history
 from aifab.track.tracking import Run, get_client, resume_run, run_env, start_run, tracking_uri
+from aifab.track.usage import model_versions_of_runs, runs_reading
 
 __all__ = [
     "Run",
@@ -29,10 +30,12 @@ __all__ = [
     "list_runs",
     "list_versions",
     "metric_history",
+    "model_versions_of_runs",
     "register_model",
     "resolve_model",
     "resume_run",
     "run_env",
+    "runs_reading",
     "set_alias",
     "start_run",
     "tracking_uri",

@@ -27,6 +27,7 @@ class Section:
 #: Every section in menu order. A page module that is not installed leaves its entry out.
 SECTIONS: tuple[Section, ...] = (Section("Home", "/ui", "aifab.web.pages.home"),)
 SECTIONS += (Section("Jobs", "/ui/jobs", "aifab.web.pages.jobs"),)
+SECTIONS += (Section("Data", "/ui/data", "aifab.web.pages.data"),)
 
 
 @cache

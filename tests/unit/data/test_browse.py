@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 
 from aifab.core.errors import InvalidInputError
-from aifab.data import diff, export, head, lineage, query
+from aifab.data import diff, export, head, lineage, query, resolve
 from aifab.data.catalog import commit_query
 
 
@@ -83,6 +83,9 @@ def test_lineage_walks_both_ways(chain) -> None:
     g = lineage("t@2")
     assert [n["ref"] for n in g["nodes"]] == ["t@1", "t@2", "u@1"]
     assert g["edges"] == [{"parent": "t@1", "child": "t@2"}, {"parent": "t@2", "child": "u@1"}]
+    assert [n["content_hash"] for n in g["nodes"]] == [
+        resolve(r).content_hash for r in ("t@1", "t@2", "u@1")
+    ]
 
 
 def test_cli_browse_commands(chain, cli, tmp_path: Path) -> None:

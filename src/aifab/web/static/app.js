@@ -79,4 +79,18 @@
   function start(root) { root.querySelectorAll("[data-follow-log]").forEach(follow); }
   document.addEventListener("DOMContentLoaded", function () { start(document); });
   document.addEventListener("htmx:afterSettle", function (e) { start(e.target); });
+// Data section: the labeling queue. A number key clicks the label button whose
+// data-label-key matches (in a form marked data-label-form), unless the person is typing.
+  document.addEventListener("keydown", function (e) {
+    if (e.ctrlKey || e.metaKey || e.altKey || e.repeat) return;
+    var target = e.target;
+    if (target && (target.isContentEditable || /^(INPUT|TEXTAREA|SELECT)$/.test(target.tagName))) return;
+    var form = document.querySelector("form[data-label-form]");
+    if (!form || form.dataset.sent) return;
+    var button = form.querySelector('button[data-label-key="' + e.key + '"]');
+    if (!button) return;
+    e.preventDefault();
+    form.dataset.sent = "1";  // one label per row, even if the key is pressed twice
+    if (form.requestSubmit) form.requestSubmit(button); else button.click();
+  });
 })();
