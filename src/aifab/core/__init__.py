@@ -80,6 +80,7 @@ def audit_events(
     actor: str | None = None,
     since: float | None = None,
     until: float | None = None,
+    offset: int = 0,
 ) -> list[dict[str, Any]]:
     """Recent audit events as dicts, newest first.
 
@@ -90,6 +91,7 @@ def audit_events(
         actor: only this actor (``key:key-...``, ``user:alice``).
         since: only events at or after this UNIX time.
         until: only events before this UNIX time.
+        offset: skip this many of the newest matching events (the next page).
     """
     with session_scope() as s:
         return [
@@ -103,6 +105,13 @@ def audit_events(
                 "hash": e.hash,
             }
             for e in list_events(
-                s, limit=limit, action=action, obj=obj, actor=actor, since=since, until=until
+                s,
+                limit=limit,
+                action=action,
+                obj=obj,
+                actor=actor,
+                since=since,
+                until=until,
+                offset=offset,
             )
         ]

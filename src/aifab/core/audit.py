@@ -256,9 +256,13 @@ def list_events(
     actor: str | None = None,
     since: float | None = None,
     until: float | None = None,
+    offset: int = 0,
 ) -> list[AuditEvent]:
-    """Newest events first, filtered by action and object prefix, exact actor and time."""
-    q = select(AuditEvent).order_by(AuditEvent.id.desc()).limit(limit)
+    """Newest events first, filtered by action and object prefix, exact actor and time.
+
+    ``offset`` skips that many of the newest matching events (pages of a long log).
+    """
+    q = select(AuditEvent).order_by(AuditEvent.id.desc()).limit(limit).offset(max(0, offset))
     if action:
         q = q.where(AuditEvent.action.startswith(action, autoescape=True))
     if obj:

@@ -25,7 +25,16 @@ class Section:
 
 
 #: Every section in menu order. A page module that is not installed leaves its entry out.
-SECTIONS: tuple[Section, ...] = (Section("Home", "/ui", "aifab.web.pages.home"),)
+SECTIONS: tuple[Section, ...] = (
+    Section("Home", "/ui", "aifab.web.pages.home"),
+    Section("Knowledge", "/ui/kb", "aifab.web.pages.kb"),
+    Section("Prompts", "/ui/prompts", "aifab.web.pages.prompts"),
+    Section("Agents", "/ui/agents", "aifab.web.pages.agents"),
+    Section("Monitoring", "/ui/monitoring", "aifab.web.pages.monitoring"),
+    Section("Alerts", "/ui/alerts", "aifab.web.pages.alerts"),
+    Section("Cost", "/ui/cost", "aifab.web.pages.cost"),
+    Section("Audit", "/ui/audit", "aifab.web.pages.audit"),
+)
 
 
 @cache
