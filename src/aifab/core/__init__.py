@@ -81,6 +81,8 @@ def audit_events(
     since: float | None = None,
     until: float | None = None,
     offset: int = 0,
+    before: int | None = None,
+    after: int | None = None,
 ) -> list[dict[str, Any]]:
     """Recent audit events as dicts, newest first.
 
@@ -92,6 +94,8 @@ def audit_events(
         since: only events at or after this UNIX time.
         until: only events before this UNIX time.
         offset: skip this many of the newest matching events (the next page).
+        before: only events with a smaller id (the page after the one ending there).
+        after: only the oldest events with a larger id (the page before the one starting there).
     """
     with session_scope() as s:
         return [
@@ -113,5 +117,7 @@ def audit_events(
                 since=since,
                 until=until,
                 offset=offset,
+                before=before,
+                after=after,
             )
         ]

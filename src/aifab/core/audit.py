@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import Float, Integer, String, event, select
+from sqlalchemy import Float, Index, Integer, String, event, select
 from sqlalchemy import exc as sa_exc
 from sqlalchemy.orm import Mapped, Session, mapped_column
 
@@ -42,6 +42,11 @@ class AuditEvent(Base):
     """One audit event."""
 
     __tablename__ = "audit_events"
+    # The dashboard filters by actor (newest first) and by time over long logs.
+    __table_args__ = (
+        Index("ix_audit_events_actor_id", "actor", "id"),
+        Index("ix_audit_events_ts", "ts"),
+    )
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
     ts: Mapped[float] = mapped_column(Float, nullable=False)
@@ -257,12 +262,22 @@ def list_events(
     since: float | None = None,
     until: float | None = None,
     offset: int = 0,
+    before: int | None = None,
+    after: int | None = None,
 ) -> list[AuditEvent]:
     """Newest events first, filtered by action and object prefix, exact actor and time.
 
-    ``offset`` skips that many of the newest matching events (pages of a long log).
+    Pages of a long log: ``before``/``after`` keep events with a smaller/larger id (keyset
+    pages, as cheap deep in the log as at its head; ``after`` returns the oldest such events,
+    still newest first), ``offset`` skips that many of the newest matching events.
     """
-    q = select(AuditEvent).order_by(AuditEvent.id.desc()).limit(limit).offset(max(0, offset))
+    if after is not None:
+        q = select(AuditEvent).where(AuditEvent.id > after).order_by(AuditEvent.id.asc())
+    else:
+        q = select(AuditEvent).order_by(AuditEvent.id.desc())
+    q = q.limit(limit).offset(max(0, offset))
+    if before is not None:
+        q = q.where(AuditEvent.id < before)
     if action:
         q = q.where(AuditEvent.action.startswith(action, autoescape=True))
     if obj:
@@ -273,4 +288,5 @@ def list_events(
         q = q.where(AuditEvent.ts >= since)
     if until is not None:
         q = q.where(AuditEvent.ts < until)
-    return list(session.scalars(q))
+    found = list(session.scalars(q))
+    return found[::-1] if after is not None else found

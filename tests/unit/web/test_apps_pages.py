@@ -124,23 +124,40 @@ def test_the_audit_log_pages_through_many_events_in_the_query(client: TestClient
         found = re.search(r'<a href="([^"]+)" rel="next">', r.text)
         url = found[1].replace("&amp;", "&") if found else None
     assert seen == list(range(newest, 0, -1))  # every event once, newest first, no gaps
-    # The service pages in SQL: offset skips, limit bounds.
-    page = audit_events(10, offset=1000)
-    assert [e["id"] for e in page] == list(range(newest - 1000, newest - 1010, -1))
 
 
 def test_paging_arguments_are_bounded(client: TestClient) -> None:
     _add_events(30)
     _sign_in(client)
-    r = client.get("/ui/audit?offset=-7&limit=100000")  # clamped to offset 0, limit 500
-    assert r.status_code == 200 and len(_ids(r.text)) == len(audit_events(1000))
-    assert 'rel="prev"' not in r.text
-    r = client.get("/ui/audit?offset=junk&limit=nope")
-    assert r.status_code == 200 and len(_ids(r.text)) == min(50, len(audit_events(1000)))
-    r = client.get("/ui/audit?offset=99999999")
-    assert r.status_code == 200 and "No event matches." in r.text and 'rel="prev"' in r.text
-    r = client.get("/ui/agents?offset=5&limit=0")
+    everything = len(audit_events(1000))
+    r = client.get("/ui/audit?limit=100000")  # clamped to 500
+    assert r.status_code == 200 and len(_ids(r.text)) == everything
+    assert 'rel="prev"' not in r.text and 'rel="next"' not in r.text
+    r = client.get("/ui/audit?limit=nope")
+    assert r.status_code == 200 and len(_ids(r.text)) == min(50, everything)
+    r = client.get("/ui/audit?before=1")  # past the oldest: empty, with a way back
+    assert "No event matches." in r.text and 'rel="prev"' in r.text
+    for bad in ("-3", "x", "9" * 30):
+        r = client.get(f"/ui/audit?before={bad}")
+        assert r.status_code == 400 and "expected an event number" in r.text
+    r = client.get("/ui/agents?offset=-5&limit=0")
     assert r.status_code == 200
+
+
+def test_audit_pages_go_back_and_forth_by_event_id(client: TestClient) -> None:
+    _add_events(25)
+    _sign_in(client)
+    newest = audit_events(1)[0]["id"]
+    first = _ids(client.get("/ui/audit?limit=10").text)
+    assert first == list(range(newest, newest - 10, -1))
+    second = _ids(client.get(f"/ui/audit?limit=10&before={first[-1]}").text)
+    assert second == list(range(newest - 10, newest - 20, -1))
+    r = client.get(f"/ui/audit?limit=10&after={second[0]}")
+    assert _ids(r.text) == first and 'rel="prev"' not in r.text and 'rel="next"' in r.text
+    # The service pages in SQL, by id or by offset.
+    assert [e["id"] for e in audit_events(3, before=5)] == [4, 3, 2]
+    assert [e["id"] for e in audit_events(3, after=5)] == [8, 7, 6]
+    assert [e["id"] for e in audit_events(2, offset=3)] == [newest - 3, newest - 4]
 
 
 def test_the_audit_filters_combine(client: TestClient) -> None:

@@ -1,4 +1,4 @@
-"""``/ui/audit``: the audit log, filtered and paged in the query, and the chain's verification.
+"""``/ui/audit``: the audit log, filtered and keyset-paged in the query, and its verification.
 
 Verifying recomputes every event's hash, too slow for each page view of a long log: it runs
 when someone asks (the "Verify now" link) and the outcome is kept per workspace, with the
@@ -14,6 +14,7 @@ import time
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlencode
 
 from fastapi import APIRouter, Depends, Request, Response
 from fastapi.responses import RedirectResponse
@@ -63,20 +64,46 @@ def _filters(request: Request) -> dict[str, str]:
     return out
 
 
-def _events(paging: Page, filters: dict[str, str], since: float | None) -> dict[str, Any]:
+def _id(value: str | None, what: str) -> int | None:
+    if value is None or value == "":
+        return None
+    if not value.isdigit() or len(value) > 18:
+        raise UiError(400, f"{what} {value[:40]!r}: expected an event number")
+    return int(value)
+
+
+def _link(filters: dict[str, str], limit: int, **where: int) -> str:
+    query = {k: v for k, v in filters.items() if v}
+    return "/ui/audit?" + urlencode({**query, "limit": limit, **where})
+
+
+def _events(
+    limit: int, filters: dict[str, str], since: float | None, before: int | None, after: int | None
+) -> dict[str, Any]:
+    """One keyset page: ``before``/``after`` an event id, so deep pages cost what the first does."""
     rows = audit_events(
-        paging.limit + 1,
+        limit + 1,
         filters["action"] or None,
         obj=filters["object"] or None,
         actor=filters["actor"] or None,
         since=since,
-        offset=paging.offset,
+        before=before,
+        after=after,
     )
+    more = len(rows) > limit
+    shown = (rows[1:] if more else rows) if after is not None else rows[:limit]
+    newer = more if after is not None else before is not None
+    older = after is not None or more
+    prev = next_ = None
+    if newer:
+        prev = _link(filters, limit, after=shown[0]["id"]) if shown else _link(filters, limit)
+    if older and shown:
+        next_ = _link(filters, limit, before=shown[-1]["id"])
     newest = audit_events(1)
     return {
-        "events": rows[: paging.limit],
-        "prev": paging.link(paging.offset - paging.limit) if paging.offset > 0 else None,
-        "next": paging.link(paging.offset + paging.limit) if len(rows) > paging.limit else None,
+        "events": shown,
+        "prev": prev,
+        "next": next_,
         "newest_id": newest[0]["id"] if newest else 0,
         "verified": _verified.get(get_workspace().root),
     }
@@ -87,7 +114,10 @@ async def audit(request: Request, who: Viewer = Depends(viewer)) -> Response:
     """The audit log, newest first, filtered by object, actor, action and time."""
     filters = _filters(request)
     since = parse_since(filters["since"])
-    data = await asyncio.to_thread(_events, Page.of(request), filters, since)
+    before = _id(request.query_params.get("before"), "before")
+    after = _id(request.query_params.get("after"), "after")
+    limit = Page.of(request).limit
+    data = await asyncio.to_thread(_events, limit, filters, since, before, after)
     return page(request, "audit/audit.html", filters=filters, **data)
 
 
