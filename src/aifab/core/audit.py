@@ -34,6 +34,8 @@ from aifab.core.db import Base, session_scope
 from aifab.core.ids import canonical_json, digest
 
 GENESIS = "0" * 64
+#: Above every character: ``prefix <= x < prefix + _LAST_CHAR`` is "x starts with prefix".
+_LAST_CHAR = "\U0010ffff"
 #: Append an anchor whenever the chain length is a multiple of this.
 ANCHOR_EVERY = 100
 
@@ -252,6 +254,17 @@ def verify_chain(session: Session, anchors: Path | None = None) -> ChainReport:
     return ChainReport(ok=not problems, events=n, problems=problems)
 
 
+def _starts(column: Any, prefix: str, binary: bool) -> Any:
+    """``column`` starts with ``prefix``, case-sensitively.
+
+    SQLite compares text bytewise, so a range serves it from the column's index (its LIKE
+    cannot use one and ignores case); other databases compare by collation: LIKE there.
+    """
+    if binary:
+        return (column >= prefix) & (column < prefix + _LAST_CHAR)
+    return column.startswith(prefix, autoescape=True)
+
+
 def list_events(
     session: Session,
     limit: int = 50,
@@ -278,10 +291,11 @@ def list_events(
     q = q.limit(limit).offset(max(0, offset))
     if before is not None:
         q = q.where(AuditEvent.id < before)
+    binary = session.get_bind().dialect.name == "sqlite"
     if action:
-        q = q.where(AuditEvent.action.startswith(action, autoescape=True))
+        q = q.where(_starts(AuditEvent.action, action, binary))
     if obj:
-        q = q.where(AuditEvent.object.startswith(obj, autoescape=True))
+        q = q.where(_starts(AuditEvent.object, obj, binary))
     if actor:
         q = q.where(AuditEvent.actor == actor)
     if since is not None:

@@ -249,3 +249,12 @@ def test_asking_a_knowledge_base_needs_invoke_and_an_allowed_chat_model(
     assert r.status_code == 403 and "not an allowed chat URL" in r.text
     r = client.get("/ui/kb/docs", params={"question": "why?"})
     assert r.status_code == 400 and "chat" in r.text
+
+
+def test_audit_prefixes_are_literal_and_case_sensitive() -> None:
+    with acting_as("user:x"), session_scope() as s:
+        for obj in ("model:a_b@1", "model:axb@1", "Model:a_b@2", "model:a%b@1"):
+            record_event(s, "model.touch", obj)
+    assert [e["object"] for e in audit_events(10, obj="model:a_b")] == ["model:a_b@1"]
+    assert [e["object"] for e in audit_events(10, obj="model:a%")] == ["model:a%b@1"]
+    assert len(audit_events(10, "model.")) == 4 and audit_events(10, "Model.") == []
