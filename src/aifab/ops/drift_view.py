@@ -10,6 +10,7 @@ from collections import Counter
 from typing import Any
 
 import numpy as np
+import pyarrow as pa
 from sqlalchemy import select
 
 from aifab.core.db import session_scope
@@ -91,7 +92,8 @@ def drift_distribution(
     the live side is the run's request-log window, read again.
 
     Returns:
-        ``{"feature", "kind", "edges"`` (numerical, n+1 values) or ``"labels"`` (categorical),
+        ``{"feature", "kind", "edges"`` (numerical, n+1 values; ``"dates"``: they are days
+        since 1970) or ``"labels"`` (categorical),
         ``"reference", "live"`` (shares per bin), ``"n_ref", "n_live", "reference_source",
         "window_start", "window_end"}``.
 
@@ -125,6 +127,8 @@ def drift_distribution(
     kind = spec.drift.kinds.get(feature) or column_kind(ref_values)
     if kind == "numerical":
         out = _numeric(ref_values, live, bins)
+        # Dates are compared as days since 1970: say so, so the bins can be labelled as dates.
+        out["dates"] = pa.types.is_date(ref_values.type) or pa.types.is_timestamp(ref_values.type)
     else:
         out = _categorical(ref_values.to_pylist(), live)
     return {

@@ -167,6 +167,8 @@ def test_an_agent_run_is_a_step_by_step_trace_with_hostile_text_inert(
     page = sign_in("viewer")
     fired = _no_dialogs(page)
     page.get_by_role("link", name="Agents").click()
+    agent = page.locator("tr", has_text="agent-model").inner_text()
+    assert "agent-model" in agent and "sql" in agent
     screenshot(page, "agents")
     page.get_by_role("link", name=apps["run"]["id"]).click()
     steps = page.locator("#run-trace > li")

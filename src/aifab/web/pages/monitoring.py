@@ -6,6 +6,7 @@ For a chosen run and feature: the reference distribution beside the live one.
 from __future__ import annotations
 
 import asyncio
+import time
 from collections import defaultdict
 from typing import Any
 
@@ -71,7 +72,11 @@ def _distribution(name: str, result: int, feature: str) -> dict[str, Any]:
     except AifabError as exc:
         return {"error": exc.message}
     series = {"reference": d["reference"], "live": d["live"]}
-    if d["kind"] == "numerical" and d["edges"]:
+    if d["kind"] == "numerical" and d.get("dates") and d["edges"]:
+        days = [time.strftime("%Y-%m-%d", time.gmtime(e * 86400)) for e in d["edges"]]
+        labels = [f"{lo}–{hi}" for lo, hi in zip(days[:-1], days[1:], strict=True)]
+        d["spec"] = charts.bars(labels, series, y_label="share", x_label=feature)
+    elif d["kind"] == "numerical" and d["edges"]:
         d["spec"] = charts.histogram(d["edges"], series, x_label=feature)
     elif d["kind"] != "numerical":
         d["spec"] = charts.bars(d["labels"], series, y_label="share", x_label=feature)
