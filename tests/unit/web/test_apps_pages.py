@@ -77,11 +77,15 @@ def test_each_section_needs_a_session_then_renders_in_an_empty_workspace(
         ("/ui/agents/nope", "nope"),
         ("/ui/agents/runs/run_nope", "no agent run"),
         ("/ui/monitoring/nope", "no monitor"),
+        ("/ui/monitoring/idle?result=4", "monitor 'idle' has no result 4 with drift"),
     ],
 )
 def test_unknown_objects_are_404_pages_naming_them(
     client: TestClient, path: str, message: str
 ) -> None:
+    from aifab.ops import create_monitor
+
+    create_monitor("idle", {"deployment": "nowhere"})
     _sign_in(client)
     r = client.get(path)
     assert r.status_code == 404

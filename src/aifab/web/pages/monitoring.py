@@ -13,7 +13,7 @@ from typing import Any
 from fastapi import APIRouter, Depends, Request, Response
 
 from aifab import ops
-from aifab.core.errors import AifabError
+from aifab.core.errors import AifabError, NotFoundError
 from aifab.web import charts
 from aifab.web.auth import Viewer, viewer
 from aifab.web.render import page
@@ -90,7 +90,11 @@ def _monitor(name: str, result: int | None, feature: str | None) -> dict[str, An
     drift = drift_series(results)
     with_drift = [r for r in results if ((r.get("report") or {}).get("drift") or {}).get("columns")]
     chosen = next((r for r in with_drift if r["id"] == result), None)
-    if chosen is None and with_drift and result is None:
+    if result is not None and chosen is None:
+        raise NotFoundError(
+            f"monitor {name!r} has no result {result} with drift among its last {HISTORY}"
+        )
+    if chosen is None and with_drift:
         chosen = with_drift[-1]
     features = list(chosen["report"]["drift"]["columns"]) if chosen else []
     if chosen and feature not in features:
