@@ -279,9 +279,14 @@ def _run_dict(row: AgentRunRow) -> dict[str, Any]:
     }
 
 
-def list_runs(agent: str | None = None, limit: int = 50) -> list[dict[str, Any]]:
-    """The newest runs (of one agent), newest first."""
-    query = select(AgentRunRow).order_by(AgentRunRow.started_at.desc()).limit(limit)
+def list_runs(agent: str | None = None, limit: int = 50, offset: int = 0) -> list[dict[str, Any]]:
+    """The newest runs (of one agent), newest first; ``offset`` skips the newest that many."""
+    query = (
+        select(AgentRunRow)
+        .order_by(AgentRunRow.started_at.desc(), AgentRunRow.id.desc())
+        .limit(limit)
+        .offset(max(0, offset))
+    )
     if agent:
         query = query.where(AgentRunRow.agent == agent)
     with session_scope() as s:

@@ -80,6 +80,9 @@ def audit_events(
     actor: str | None = None,
     since: float | None = None,
     until: float | None = None,
+    offset: int = 0,
+    before: int | None = None,
+    after: int | None = None,
 ) -> list[dict[str, Any]]:
     """Recent audit events as dicts, newest first.
 
@@ -90,6 +93,9 @@ def audit_events(
         actor: only this actor (``key:key-...``, ``user:alice``).
         since: only events at or after this UNIX time.
         until: only events before this UNIX time.
+        offset: skip this many of the newest matching events (the next page).
+        before: only events with a smaller id (the page after the one ending there).
+        after: only the oldest events with a larger id (the page before the one starting there).
     """
     with session_scope() as s:
         return [
@@ -103,6 +109,15 @@ def audit_events(
                 "hash": e.hash,
             }
             for e in list_events(
-                s, limit=limit, action=action, obj=obj, actor=actor, since=since, until=until
+                s,
+                limit=limit,
+                action=action,
+                obj=obj,
+                actor=actor,
+                since=since,
+                until=until,
+                offset=offset,
+                before=before,
+                after=after,
             )
         ]

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import Float, Integer, String, event, select
+from sqlalchemy import Float, Index, Integer, String, event, select
 from sqlalchemy import exc as sa_exc
 from sqlalchemy.orm import Mapped, Session, mapped_column
 
@@ -34,6 +34,8 @@ from aifab.core.db import Base, session_scope
 from aifab.core.ids import canonical_json, digest
 
 GENESIS = "0" * 64
+#: Above every character: ``prefix <= x < prefix + _LAST_CHAR`` is "x starts with prefix".
+_LAST_CHAR = "\U0010ffff"
 #: Append an anchor whenever the chain length is a multiple of this.
 ANCHOR_EVERY = 100
 
@@ -42,6 +44,11 @@ class AuditEvent(Base):
     """One audit event."""
 
     __tablename__ = "audit_events"
+    # The dashboard filters by actor (newest first) and by time over long logs.
+    __table_args__ = (
+        Index("ix_audit_events_actor_id", "actor", "id"),
+        Index("ix_audit_events_ts", "ts"),
+    )
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
     ts: Mapped[float] = mapped_column(Float, nullable=False)
@@ -247,6 +254,17 @@ def verify_chain(session: Session, anchors: Path | None = None) -> ChainReport:
     return ChainReport(ok=not problems, events=n, problems=problems)
 
 
+def _starts(column: Any, prefix: str, binary: bool) -> Any:
+    """``column`` starts with ``prefix``, case-sensitively.
+
+    SQLite compares text bytewise, so a range serves it from the column's index (its LIKE
+    cannot use one and ignores case); other databases compare by collation: LIKE there.
+    """
+    if binary:
+        return (column >= prefix) & (column < prefix + _LAST_CHAR)
+    return column.startswith(prefix, autoescape=True)
+
+
 def list_events(
     session: Session,
     limit: int = 50,
@@ -256,17 +274,33 @@ def list_events(
     actor: str | None = None,
     since: float | None = None,
     until: float | None = None,
+    offset: int = 0,
+    before: int | None = None,
+    after: int | None = None,
 ) -> list[AuditEvent]:
-    """Newest events first, filtered by action and object prefix, exact actor and time."""
-    q = select(AuditEvent).order_by(AuditEvent.id.desc()).limit(limit)
+    """Newest events first, filtered by action and object prefix, exact actor and time.
+
+    Pages of a long log: ``before``/``after`` keep events with a smaller/larger id (keyset
+    pages, as cheap deep in the log as at its head; ``after`` returns the oldest such events,
+    still newest first), ``offset`` skips that many of the newest matching events.
+    """
+    if after is not None:
+        q = select(AuditEvent).where(AuditEvent.id > after).order_by(AuditEvent.id.asc())
+    else:
+        q = select(AuditEvent).order_by(AuditEvent.id.desc())
+    q = q.limit(limit).offset(max(0, offset))
+    if before is not None:
+        q = q.where(AuditEvent.id < before)
+    binary = session.get_bind().dialect.name == "sqlite"
     if action:
-        q = q.where(AuditEvent.action.startswith(action, autoescape=True))
+        q = q.where(_starts(AuditEvent.action, action, binary))
     if obj:
-        q = q.where(AuditEvent.object.startswith(obj, autoescape=True))
+        q = q.where(_starts(AuditEvent.object, obj, binary))
     if actor:
         q = q.where(AuditEvent.actor == actor)
     if since is not None:
         q = q.where(AuditEvent.ts >= since)
     if until is not None:
         q = q.where(AuditEvent.ts < until)
-    return list(session.scalars(q))
+    found = list(session.scalars(q))
+    return found[::-1] if after is not None else found

@@ -140,8 +140,8 @@ def _result(row: MonitorResultRow, full: bool = True) -> dict[str, Any]:
     return out
 
 
-def monitor_history(name: str, limit: int = 50) -> list[dict[str, Any]]:
-    """A monitor's results, newest first (values only; ``show`` has the full report)."""
+def monitor_history(name: str, limit: int = 50, *, reports: bool = False) -> list[dict[str, Any]]:
+    """A monitor's results, newest first (values only, or with each ``report`` if asked)."""
     with session_scope() as s:
         _get(s, name)
         q = (
@@ -150,7 +150,7 @@ def monitor_history(name: str, limit: int = 50) -> list[dict[str, Any]]:
             .order_by(MonitorResultRow.id.desc())
             .limit(limit)
         )
-        return [_result(r, full=False) for r in s.scalars(q)]
+        return [_result(r, full=reports) for r in s.scalars(q)]
 
 
 def _drift(

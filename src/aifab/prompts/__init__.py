@@ -6,7 +6,7 @@ Every public service is importable from here (``from aifab.prompts import render
 from __future__ import annotations
 
 from aifab.prompts.chat import ChatModel, ChatResult, UpstreamError, UpstreamTimeout, chat_model
-from aifab.prompts.evaluate import eval_prompt
+from aifab.prompts.evaluate import eval_prompt, list_evals
 from aifab.prompts.registry import (
     create_prompt,
     get_prompt,
@@ -25,6 +25,7 @@ __all__ = [
     "create_prompt",
     "eval_prompt",
     "get_prompt",
+    "list_evals",
     "list_prompts",
     "parse_prompt_ref",
     "render_prompt",

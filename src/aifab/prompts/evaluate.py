@@ -17,7 +17,7 @@ from aifab.prompts import template as tpl
 from aifab.prompts.chat import chat_model
 from aifab.prompts.registry import get_prompt
 
-__all__ = ["MAX_EVAL_ROWS", "SCORERS", "eval_prompt", "score_rows"]
+__all__ = ["MAX_EVAL_ROWS", "SCORERS", "eval_prompt", "list_evals", "score_rows"]
 
 MAX_EVAL_ROWS = 10_000
 EMBEDDING_MODEL = "builtin:all-minilm-l6-v2"
@@ -176,3 +176,52 @@ def eval_prompt(
         "run_id": run_id,
         "examples": examples[:5],
     }
+
+
+def list_evals(
+    name: str, *, experiment: str = "prompt-eval", limit: int = 20
+) -> list[dict[str, Any]]:
+    """Evaluations of prompt ``name`` (any version) by :func:`eval_prompt`, newest first.
+
+    Returns:
+        ``[{"run_id", "prompt", "dataset", "chat", "scorers", "scores": {scorer: mean},
+        "latency_s", "started_at"}]``; empty when nothing was evaluated yet.
+
+    Raises:
+        NotFoundError: unknown prompt.
+    """
+    from aifab.track import get_client
+
+    prompt = get_prompt(name)  # checks the name (it is quoted into the filter below)
+    client = get_client()
+    exp = client.get_experiment_by_name(experiment)
+    if exp is None:
+        return []
+    runs = client.search_runs(
+        [exp.experiment_id],
+        filter_string=f"params.prompt LIKE '{prompt['name']}@%'",
+        max_results=limit,
+        order_by=["attributes.start_time DESC"],
+    )
+    out = []
+    for run in runs:
+        params, metrics = run.data.params, run.data.metrics
+        if str(params.get("prompt", "")).rpartition("@")[0] != prompt["name"]:
+            continue  # LIKE's '_' matched another character
+        out.append(
+            {
+                "run_id": run.info.run_id,
+                "prompt": params.get("prompt"),
+                "dataset": params.get("dataset"),
+                "chat": params.get("chat"),
+                "scorers": params.get("scorers", ""),
+                "scores": {
+                    k.removeprefix("score/"): v
+                    for k, v in metrics.items()
+                    if k.startswith("score/")
+                },
+                "latency_s": metrics.get("latency_s"),
+                "started_at": run.info.start_time / 1000.0 if run.info.start_time else None,
+            }
+        )
+    return out

@@ -25,9 +25,21 @@ class Section:
 
 
 #: Every section in menu order. A page module that is not installed leaves its entry out.
-SECTIONS: tuple[Section, ...] = (Section("Home", "/ui", "aifab.web.pages.home"),)
-SECTIONS += (Section("Jobs", "/ui/jobs", "aifab.web.pages.jobs"),)
-SECTIONS += (Section("Data", "/ui/data", "aifab.web.pages.data"),)
+SECTIONS: tuple[Section, ...] = (
+    Section("Home", "/ui", "aifab.web.pages.home"),
+    Section("Data", "/ui/data", "aifab.web.pages.data"),
+    Section("Jobs", "/ui/jobs", "aifab.web.pages.jobs"),
+    Section("Runs", "/ui/runs", "aifab.web.pages.runs"),
+    Section("Models", "/ui/models", "aifab.web.pages.models"),
+    Section("Deployments", "/ui/deployments", "aifab.web.pages.deployments"),
+    Section("Knowledge", "/ui/kb", "aifab.web.pages.kb"),
+    Section("Prompts", "/ui/prompts", "aifab.web.pages.prompts"),
+    Section("Agents", "/ui/agents", "aifab.web.pages.agents"),
+    Section("Monitoring", "/ui/monitoring", "aifab.web.pages.monitoring"),
+    Section("Alerts", "/ui/alerts", "aifab.web.pages.alerts"),
+    Section("Cost", "/ui/cost", "aifab.web.pages.cost"),
+    Section("Audit", "/ui/audit", "aifab.web.pages.audit"),
+)
 
 
 @cache
