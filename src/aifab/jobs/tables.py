@@ -5,7 +5,17 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from sqlalchemy import JSON, Boolean, Float, ForeignKey, Integer, String, Text, UniqueConstraint
+from sqlalchemy import (
+    JSON,
+    Boolean,
+    Float,
+    ForeignKey,
+    Index,
+    Integer,
+    String,
+    Text,
+    UniqueConstraint,
+)
 from sqlalchemy.orm import Mapped, mapped_column
 
 from aifab.core.db import Base
@@ -28,6 +38,8 @@ class JobRow(Base):
     """A job and its current state; each run of it is an attempt."""
 
     __tablename__ = "jobs"
+    # The jobs list (CLI, dashboard) pages newest first.
+    __table_args__ = (Index("ix_jobs_submitted_at_id", "submitted_at", "id"),)
 
     id: Mapped[str] = mapped_column(String(64), primary_key=True)
     name: Mapped[str] = mapped_column(String(100), nullable=False, index=True)
@@ -59,7 +71,11 @@ class AttemptRow(Base):
     """One run of a job: where it ran, its process handle, exit codes and resource use."""
 
     __tablename__ = "job_attempts"
-    __table_args__ = (UniqueConstraint("job_id", "number", name="uq_attempt_number"),)
+    __table_args__ = (
+        UniqueConstraint("job_id", "number", name="uq_attempt_number"),
+        # The dashboard's timeline reads the latest attempts.
+        Index("ix_job_attempts_started_at_id", "started_at", "id"),
+    )
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
     job_id: Mapped[str] = mapped_column(ForeignKey("jobs.id"), nullable=False, index=True)
