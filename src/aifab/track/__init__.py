@@ -15,7 +15,7 @@ from aifab.track.registry import (
     resolve_model,
     set_alias,
 )
-from aifab.track.runs import compare_runs, get_run, list_runs, metric_history
+from aifab.track.runs import compare_runs, get_run, list_runs, metric_history, read_artifact
 from aifab.track.tracking import Run, get_client, resume_run, run_env, start_run, tracking_uri
 
 __all__ = [
@@ -29,6 +29,7 @@ __all__ = [
     "list_runs",
     "list_versions",
     "metric_history",
+    "read_artifact",
     "register_model",
     "resolve_model",
     "resume_run",

@@ -25,7 +25,12 @@ class Section:
 
 
 #: Every section in menu order. A page module that is not installed leaves its entry out.
-SECTIONS: tuple[Section, ...] = (Section("Home", "/ui", "aifab.web.pages.home"),)
+SECTIONS: tuple[Section, ...] = (
+    Section("Home", "/ui", "aifab.web.pages.home"),
+    Section("Runs", "/ui/runs", "aifab.web.pages.runs"),
+    Section("Models", "/ui/models", "aifab.web.pages.models"),
+    Section("Deployments", "/ui/deployments", "aifab.web.pages.deployments"),
+)
 
 
 @cache
