@@ -193,7 +193,10 @@ class Metrics:
             if family.name != "aifab_batch_size":
                 continue
             for sample in family.samples:
-                if sample.name.endswith("_bucket") and sample.labels.get("deployment") == deployment:
+                if (
+                    sample.name.endswith("_bucket")
+                    and sample.labels.get("deployment") == deployment
+                ):
                     cumulative.append((float(sample.labels["le"]), sample.value))
         cumulative.sort()
         out, seen, low = [], 0.0, 0.0

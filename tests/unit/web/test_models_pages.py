@@ -33,7 +33,10 @@ def runs(module_workspace: Path, tmp_path_factory: pytest.TempPathFactory) -> li
     for i in range(5):
         name = XSS if i == 4 else f"run-{i}"
         with start_run(
-            "pages", run_name=name, params={"lr": 0.1 * (i + 1)}, datasets=datasets,
+            "pages",
+            run_name=name,
+            params={"lr": 0.1 * (i + 1)},
+            datasets=datasets,
             system_metrics=False,
         ) as run:
             for step in range(20):

@@ -123,7 +123,12 @@ async def predict_body(
             raise ApiError(422, f"body: cannot decode the input ({exc})", param="body") from None
     except ApiError as exc:
         record(
-            request, served.name, status=exc.status, started=started, model=target.model, route=ROUTE
+            request,
+            served.name,
+            status=exc.status,
+            started=started,
+            model=target.model,
+            route=ROUTE,
         )
         raise
     request_id = new_id("req")

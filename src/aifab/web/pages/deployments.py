@@ -1,5 +1,7 @@
-"""``/ui/deployments``: traffic split, latency, throughput, errors and batch sizes over time;
-canary controls for developers; a try-it form that predicts with the viewer's own key.
+"""``/ui/deployments``: traffic split, latency, throughput, errors and batch sizes over time.
+
+Developers get canary controls; roles that may invoke models get a try-it form that predicts
+with the viewer's own key.
 
 Changes run the :mod:`aifab.inference.deployments` service calls as the viewer's key (audited
 as in the API). Try-it goes through :func:`aifab.serve.routes.predict.predict_body`, the body of
@@ -42,7 +44,12 @@ __all__ = ["WINDOWS", "router"]
 router = APIRouter(route_class=UiRoute, include_in_schema=False)
 
 #: The traffic windows a page offers: name -> (window seconds, bucket seconds).
-WINDOWS = {"15m": (900.0, 15.0), "1h": (3600.0, 60.0), "6h": (21600.0, 300.0), "24h": (86400.0, 1200.0)}
+WINDOWS = {
+    "15m": (900.0, 15.0),
+    "1h": (3600.0, 60.0),
+    "6h": (21600.0, 300.0),
+    "24h": (86400.0, 1200.0),
+}
 _LIST_WINDOW_S = 3600.0
 
 
@@ -175,9 +182,7 @@ async def set_canary(request: Request, name: str, who: Viewer = Depends(viewer))
         weight = float(fields.get("weight", ""))
     except ValueError:
         raise InvalidInputError(f"weight {fields.get('weight')!r}: expected 0 to 100") from None
-    return await _change(
-        request, who, name, update_deployment, canary=canary, canary_weight=weight
-    )
+    return await _change(request, who, name, update_deployment, canary=canary, canary_weight=weight)
 
 
 @router.post("/ui/deployments/{name}/promote")
@@ -197,8 +202,10 @@ async def rollback(request: Request, name: str, who: Viewer = Depends(viewer)) -
 
 
 def _body(text: str) -> bytes:
-    """The predict body for what was typed: a JSON list of records is wrapped as ``records``;
-    anything else goes as typed, so predict answers it as it would answer an API client."""
+    """The predict body for what was typed (a JSON list of records is wrapped as ``records``).
+
+    Anything else goes as typed, so predict answers it as it would answer an API client.
+    """
     try:
         value = json.loads(text)
     except (ValueError, RecursionError):

@@ -1,5 +1,6 @@
-"""``/ui/models``: registered models, their versions and aliases, a version's lineage, export
-reports and model card; developers move aliases and build cards here.
+"""``/ui/models``: registered models, versions, aliases, lineage, export reports, model cards.
+
+Developers move aliases and build cards here.
 
 The data engineer's lineage graph links model versions to ``/ui/models/<name>/<version>``.
 """
