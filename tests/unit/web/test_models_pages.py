@@ -176,7 +176,7 @@ def test_moving_an_alias_needs_csrf_and_the_deploy_permission(client: TestClient
     assert _move(client, token, "x").status_code == 400
     assert _move(client, token, "7").status_code == 404
     r = client.get("/ui/models/m")
-    assert "Move alias" in r.text
+    assert "Move alias" in r.text and "champion → 2</a>" in r.text
 
 
 def test_building_a_card_is_refused_to_viewers(client: TestClient) -> None:
