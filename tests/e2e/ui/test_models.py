@@ -115,7 +115,10 @@ def test_a_version_page_shows_lineage_and_the_card_a_developer_built(
 
 
 def test_a_developer_moves_champion_and_the_registry_and_deployment_follow(
-    sign_in: Callable[..., Any], screenshot: Callable[..., Any], runs: dict[str, Any], dashboard: Any
+    sign_in: Callable[..., Any],
+    screenshot: Callable[..., Any],
+    runs: dict[str, Any],
+    dashboard: Any,
 ) -> None:
     from aifab.track import resolve_model
 
