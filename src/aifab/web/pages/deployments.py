@@ -90,6 +90,14 @@ def _example(name: str, columns: list[str] | None) -> str:
     return json.dumps([{c: None for c in columns or []}], indent=1)
 
 
+def _model_href(ref: str | None) -> str | None:
+    """The models section's page of a registry ref (a version's, or the model's for an alias)."""
+    if not ref or ref.startswith("builtin:") or "/" in ref:
+        return None
+    name, _, selector = ref.partition("@")
+    return f"/ui/models/{name}/{selector}" if selector.isdigit() else f"/ui/models/{name}"
+
+
 def _detail(name: str, window: str, columns: list[str] | None) -> dict[str, Any]:
     d = get_deployment(name)
     window_s, bucket_s = WINDOWS[window]
@@ -98,6 +106,7 @@ def _detail(name: str, window: str, columns: list[str] | None) -> dict[str, Any]
     return {
         "d": d,
         "split": {"primary": 100.0 - weight, "canary": weight},
+        "links": {"model": _model_href(d["model"]), "canary": _model_href(d["canary"])},
         "charts": _charts(series, bucket_s, with_date=window_s > 86_000),
         "totals": {"requests": sum(series["requests"]), "errors": sum(series["errors"])},
         "example": _example(name, columns),

@@ -117,16 +117,30 @@ async def compare(
 def _run(run_id: str) -> dict[str, Any]:
     run = get_run(run_id)
     keys = _ordered_metrics(list(run["metrics"]))
-    curves = []
-    for i, key in enumerate(keys[:MAX_CHARTS]):
+    curves, singles = [], []
+    for key in keys[:MAX_CHARTS]:
         points = metric_history(run_id, key)
+        if len(points) < 2:  # a final figure (test accuracy): a number, not a chart of one dot
+            singles.append((key, run["metrics"][key]))
+            continue
         curves.append(
-            {"id": f"metric-{i}", "key": key, "points": len(points), "spec": _curve(key, points)}
+            {
+                "id": f"metric-{len(curves)}",
+                "key": key,
+                "points": len(points),
+                "spec": _curve(key, points),
+            }
         )
     for ds in run["datasets"]:
         ds["href"] = data_href(ds.get("ref"))
     user_tags = {k: v for k, v in run["tags"].items() if not k.startswith("mlflow.")}
-    return {"run": run, "curves": curves, "more_metrics": keys[MAX_CHARTS:], "tags": user_tags}
+    return {
+        "run": run,
+        "curves": curves,
+        "singles": singles,
+        "more_metrics": keys[MAX_CHARTS:],
+        "tags": user_tags,
+    }
 
 
 @router.get("/ui/runs/{run_id}")
