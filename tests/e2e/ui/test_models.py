@@ -92,8 +92,15 @@ def test_a_version_page_shows_lineage_and_the_card_a_developer_built(
     runs: dict[str, Any],
     dashboard: Any,
 ) -> None:
+    from aifab.inference.export import export_model
+
+    export_model("churn@1", "onnx", repeats=3)
     page = sign_in("developer")
     page.goto(f"{dashboard.url}/ui/models/churn/1")
+    onnx = page.locator("section", has=page.get_by_role("heading", name="Export reports"))
+    cells = onnx.locator("tbody tr", has_text="onnx").locator("td").all_inner_texts()
+    assert float(cells[1]) > 0 and float(cells[2]) > 0, cells  # size ratio, speed-up
+    assert cells[4].startswith(f"runs:/{runs['first']}/exports/onnx")
     lineage = page.locator("ol.lineage")
     assert lineage.get_by_role("link", name="churn", exact=True).get_attribute("href") == (
         "/ui/deployments/churn"
