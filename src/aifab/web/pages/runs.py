@@ -53,6 +53,12 @@ def _ordered_metrics(keys: list[str]) -> list[str]:
     return sorted(keys, key=lambda k: (k.startswith("system/"), k))
 
 
+def _headline(key: str) -> tuple[int, str]:
+    """Which metrics a runs table shows first: accuracies, then losses, then the rest."""
+    rank = next((i for i, word in enumerate(("accuracy", "loss")) if word in key), 2)
+    return rank, key
+
+
 def _curve(key: str, points: list[dict[str, Any]]) -> dict[str, Any]:
     shown = _thin(points)
     return charts.line(
@@ -66,7 +72,7 @@ def _runs_page(experiment: str | None, pg: Page) -> dict[str, Any]:
     keys = _ordered_metrics(sorted({k for r in shown for k in r["metrics"]}))
     return {
         "runs": shown,
-        "metric_keys": [k for k in keys if not k.startswith("system/")][:4],
+        "metric_keys": sorted((k for k in keys if not k.startswith("system/")), key=_headline)[:4],
         "prev": pg.link(pg.offset - pg.limit) if pg.offset > 0 else None,
         "next": pg.link(pg.offset + pg.limit) if len(rows) > pg.limit else None,
     }
@@ -117,7 +123,8 @@ async def compare(
 def _run(run_id: str) -> dict[str, Any]:
     run = get_run(run_id)
     keys = _ordered_metrics(list(run["metrics"]))
-    curves, singles = [], []
+    curves: list[dict[str, Any]] = []
+    singles: list[tuple[str, float]] = []
     for key in keys[:MAX_CHARTS]:
         points = metric_history(run_id, key)
         if len(points) < 2:  # a final figure (test accuracy): a number, not a chart of one dot
