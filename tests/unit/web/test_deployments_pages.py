@@ -72,9 +72,9 @@ def _settled(timeout_s: float = 30.0) -> None:
         time.sleep(0.1)
 
 
-def _sign_in(client: TestClient, role: str) -> tuple[str, str]:
+def _sign_in(client: TestClient, role: str, rate: str = "600/min") -> tuple[str, str]:
     """Sign in with a new key of ``role``: (the key's id, the session's CSRF token)."""
-    record, secret = create_key(role, name=f"{role}-deployments")
+    record, secret = create_key(role, name=f"{role}-deployments", rate=rate)
     r = client.post("/ui/login", data={"key": secret}, follow_redirects=False)
     assert r.status_code == 303, r.text
     found = session.read(client.cookies.get(session.COOKIE))
@@ -188,3 +188,11 @@ def test_try_it_answers_the_predict_error_as_the_api_would(client: TestClient) -
     # The placeholder model cannot load: predict says so (503 loading, or the load failure).
     assert r.status_code in (503, 404)
     assert 'id="try-result"' in r.text and "deployment &#39;d&#39;" in r.text
+
+
+def test_try_it_meets_the_keys_rate_limit_like_an_api_call(client: TestClient) -> None:
+    _, token = _sign_in(client, "developer", rate="1/min")
+    first = _post(client, "try", token, records='[{"x": 1}]')
+    assert first.status_code != 429
+    second = _post(client, "try", token, records='[{"x": 1}]')
+    assert second.status_code == 429 and "rate limit of key" in second.text
