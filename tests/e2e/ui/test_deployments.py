@@ -64,6 +64,18 @@ def test_the_deployment_page_draws_latency_throughput_and_batches(
     screenshot(page, "deployment")
 
 
+def test_the_traffic_charts_refresh_themselves(
+    sign_in: Callable[..., Any], chart_drawn: Callable[..., Any], dashboard: Any
+) -> None:
+    page = sign_in("viewer")
+    page.goto(f"{dashboard.url}/ui/deployments/churn?window=15m")
+    with page.expect_response(lambda r: "/ui/deployments/churn/traffic" in r.url, timeout=25_000):
+        pass
+    page.wait_for_timeout(300)  # htmx settles the swap, app.js draws the new canvases
+    assert chart_drawn(page, "latency-chart")
+    assert "last 15m" in page.locator("#traffic figcaption").first.inner_text()
+
+
 def test_canary_set_promoted_and_rolled_back_in_the_ui_is_what_the_api_says(
     sign_in: Callable[..., Any], screenshot: Callable[..., Any], dashboard: Any, second_version: int
 ) -> None:

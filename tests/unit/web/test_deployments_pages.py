@@ -101,13 +101,17 @@ def test_the_page_draws_the_logged_traffic(client: TestClient) -> None:
     assert r.status_code == 200 and 'href="/ui/deployments/d"' in r.text
     r = client.get("/ui/deployments/d?window=1h")
     assert r.status_code == 200
-    spec = re.search(r'id="latency-chart-spec">(.*?)</script>', r.text)
+    spec = re.search(r'id="latency-chart-spec">(.*?)</pre>', r.text)
     assert spec is not None and '"label": "p99"' in spec.group(1)
     assert re.search(
         r'<div class="stat-value">120</div>\s*<div class="stat-label">requests', r.text
     )
     assert re.search(r'<div class="stat-value">4</div>\s*<div class="stat-label">errors', r.text)
     assert client.get("/ui/deployments/d?window=1y").status_code == 200  # unknown: the default
+    fragment = client.get("/ui/deployments/d/traffic?window=15m", headers={"HX-Request": "true"})
+    assert fragment.status_code == 200 and 'id="latency-chart-spec"' in fragment.text
+    assert "<h1>" not in fragment.text  # the charts alone, for the page's htmx refresh
+    assert client.get("/ui/deployments/nope/traffic").status_code == 404
 
 
 def test_a_viewer_gets_no_controls_and_every_action_refuses(client: TestClient) -> None:

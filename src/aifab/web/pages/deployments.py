@@ -98,18 +98,26 @@ def _model_href(ref: str | None) -> str | None:
     return f"/ui/models/{name}/{selector}" if selector.isdigit() else f"/ui/models/{name}"
 
 
-def _detail(name: str, window: str, columns: list[str] | None) -> dict[str, Any]:
-    d = get_deployment(name)
+def _traffic(name: str, window: str) -> dict[str, Any]:
+    """The window's charts and totals of deployment ``name`` (NotFoundError if there is none)."""
+    get_deployment(name)
     window_s, bucket_s = WINDOWS[window]
     series = traffic_series(name, window_s=window_s, bucket_s=bucket_s)
+    return {
+        "charts": _charts(series, bucket_s, with_date=window_s > 86_000),
+        "totals": {"requests": sum(series["requests"]), "errors": sum(series["errors"])},
+    }
+
+
+def _detail(name: str, window: str, columns: list[str] | None) -> dict[str, Any]:
+    d = get_deployment(name)
     weight = float(d["canary_weight"] or 0.0) if d["canary"] else 0.0
     return {
         "d": d,
         "split": {"primary": 100.0 - weight, "canary": weight},
         "links": {"model": _model_href(d["model"]), "canary": _model_href(d["canary"])},
-        "charts": _charts(series, bucket_s, with_date=window_s > 86_000),
-        "totals": {"requests": sum(series["requests"]), "errors": sum(series["errors"])},
         "example": _example(name, columns),
+        **_traffic(name, window),
     }
 
 
@@ -163,6 +171,19 @@ async def deployment(
 ) -> Response:
     """One deployment: split, latency p50/p99, throughput, errors, batch sizes; its controls."""
     return await _render(request, name, window)
+
+
+@router.get("/ui/deployments/{name}/traffic")
+async def traffic(
+    request: Request, name: str, window: str = "1h", who: Viewer = Depends(viewer)
+) -> Response:
+    """The traffic charts alone (the deployment page's htmx refreshes them)."""
+    window = window if window in WINDOWS else "1h"
+    live = _live(request, name)
+    data = await asyncio.to_thread(_traffic, name, window)
+    return page(
+        request, "deployments/traffic.html", d={"name": name}, window=window, live=live, **data
+    )
 
 
 async def _change(request: Request, who: Viewer, name: str, fn: Any, **kwargs: Any) -> Response:
