@@ -103,6 +103,10 @@ def test_unknown_things_are_404_pages(client: TestClient) -> None:
         r = client.get(path)
         assert r.status_code == 404, (path, r.status_code)
         assert "text/html" in r.headers["content-type"]
+    for path in ("/ui/runs/%3Cscript%3E", "/ui/runs/compare?run=x&run=%27%22", "/ui/models/a%20b"):
+        r = client.get(path)
+        assert r.status_code in (400, 404), (path, r.status_code)
+        assert "<script>" not in r.text.split("</head>")[1]
 
 
 def test_run_page_has_each_curve_params_and_dataset_links(
