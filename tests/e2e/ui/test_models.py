@@ -60,7 +60,7 @@ def test_a_run_page_draws_each_metric_curve(
     )
     assert any(label.startswith("train_loss by step") for label in labels), labels
     data = page.get_by_role("link", name="customers_split@", exact=False).first
-    assert data.get_attribute("href").startswith("/ui/data/customers_split/")
+    assert data.get_attribute("href").startswith("/ui/data/customers_split/versions/")
     screenshot(page, "run")
 
 
@@ -107,7 +107,7 @@ def test_a_version_page_shows_lineage_and_the_card_a_developer_built(
     )
     run_link = lineage.locator(f"a[href='/ui/runs/{runs['first']}']")
     assert run_link.count() == 1
-    assert lineage.locator("a[href^='/ui/data/customers_split/']").count() == 1
+    assert lineage.locator("a[href^='/ui/data/customers_split/versions/']").count() == 1
     page.get_by_label("Intended use").fill("Ranking accounts for a <b>retention</b> call.")
     page.get_by_role("button", name="Build the card").click()
     page.wait_for_url("**/ui/models/churn/1#card", timeout=120_000)

@@ -118,7 +118,7 @@ def test_run_page_has_each_curve_params_and_dataset_links(
     spec = re.search(r'<script type="application/json" id="metric-0-spec">(.*?)</script>', r.text)
     assert spec is not None and '"label": "loss"' in spec.group(1)
     assert '"data": [2.0, 1.0,' in spec.group(1)  # loss = 2 / (step + 1)
-    assert 'href="/ui/data/rows/3"' in r.text
+    assert 'href="/ui/data/rows/versions/3"' in r.text
     assert "<td>lr</td><td>0.2</td>" in r.text
 
 
@@ -157,7 +157,7 @@ def test_model_and_version_pages(client: TestClient, runs: list[str]) -> None:
     assert "Move alias" not in r.text and "needs a developer" in r.text
     r = client.get("/ui/models/m/1")
     assert r.status_code == 200
-    assert f'href="/ui/runs/{runs[0]}"' in r.text and 'href="/ui/data/rows/3"' in r.text
+    assert f'href="/ui/runs/{runs[0]}"' in r.text and 'href="/ui/data/rows/versions/3"' in r.text
     assert "No card built" in r.text and "Build the card" not in r.text
 
 

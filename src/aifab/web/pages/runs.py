@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 from typing import Any
+from urllib.parse import quote
 
 from fastapi import APIRouter, Depends, Request, Response
 
@@ -32,11 +33,15 @@ MAX_COMPARED = 10
 
 
 def data_href(ref: str | None) -> str | None:
-    """The data section's page of a dataset version ``NAME@VERSION`` (or of the dataset)."""
+    """The data section's page of a dataset version ``NAME@VERSION`` (or of the dataset).
+
+    ``/ui/data/<name>/versions/<version>``, as the data section serves it.
+    """
     if not ref:
         return None
     name, _, version = ref.partition("@")
-    return f"/ui/data/{name}/{version}" if version.isdigit() else f"/ui/data/{name}"
+    page = f"/ui/data/{quote(name, safe='')}"
+    return f"{page}/versions/{version}" if version.isdigit() else page
 
 
 def _thin(points: list[dict[str, Any]]) -> list[dict[str, Any]]:
