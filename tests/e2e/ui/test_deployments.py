@@ -61,6 +61,8 @@ def test_the_deployment_page_draws_latency_throughput_and_batches(
         "Chart.getChart(document.getElementById('latency-chart')).data.datasets[1].data"
     )
     assert any(v is not None and v > 0 for v in p99)
+    answered = page.locator("#traffic tbody tr", has_text="churn@1").locator("td").all_inner_texts()
+    assert int(answered[1]) >= 5 and answered[2] == "100%", answered
     screenshot(page, "deployment")
 
 

@@ -6,17 +6,17 @@ import pytest
 
 from aifab.core.errors import InvalidInputError
 from aifab.inference.request_log import RequestLogger
-from aifab.inference.traffic import traffic_series, traffic_summary
+from aifab.inference.traffic import traffic_by_model, traffic_series, traffic_summary
 
 NOW = 1_700_000_000.0
 
 
-def _log(entries: list[tuple[str, float, int, float]]) -> None:
+def _log(entries: list[tuple[str, float, int, float]], model: str | None = None) -> None:
     """Write (deployment, seconds before NOW, status, latency ms) through the real logger."""
     logger = RequestLogger()
     for name, ago, status, latency in entries:
         logger.log({"ts": NOW - ago, "deployment": name, "route": "/v1/predict/{deployment}",
-                    "status": status, "latency_ms": latency})  # fmt: skip
+                    "status": status, "latency_ms": latency, "model_version": model})  # fmt: skip
     logger.close()
 
 
@@ -65,3 +65,18 @@ def test_bad_windows_are_named(window_s: float, bucket_s: float) -> None:
     if window_s > 7 * 86400:
         with pytest.raises(InvalidInputError, match="window"):
             traffic_summary(window_s)
+
+
+def test_by_model_shows_the_real_split_of_primary_and_canary() -> None:
+    _log([("split", 10, 200, 5.0)] * 30, model="m@1")
+    _log([("split", 10, 200, 9.0)] * 9 + [("split", 10, 500, 9.0)], model="m@2")
+    _log([("split", 10, 404, 1.0)])  # refused before a model was picked
+    _log([("split", 5000, 200, 1.0)], model="m@3")  # outside the window
+    out = traffic_by_model("split", 3600, now=NOW)
+    assert set(out) == {"m@1", "m@2", "-"}
+    assert out["m@1"]["requests"] == 30 and out["m@1"]["share"] == 30 / 41
+    assert out["m@2"]["errors"] == 1 and out["m@2"]["p50_ms"] == 9.0
+    assert out["-"]["requests"] == 1
+    assert traffic_by_model("nobody", now=NOW) == {}
+    with pytest.raises(InvalidInputError, match="window"):
+        traffic_by_model("split", 0)

@@ -48,7 +48,8 @@ def deployed(module_workspace: Path, tmp_path_factory: pytest.TempPathFactory) -
     for i in range(120):
         status = 500 if i % 30 == 0 else 200
         logger.log({"ts": now - 3000 + i * 25, "deployment": "d", "route": "/v1/predict/x",
-                    "status": status, "latency_ms": 2.0 + i % 7})  # fmt: skip
+                    "status": status, "latency_ms": 2.0 + i % 7,
+                    "model_version": "m@1"})  # fmt: skip
     logger.close()
     return "d"
 
@@ -107,6 +108,7 @@ def test_the_page_draws_the_logged_traffic(client: TestClient) -> None:
         r'<div class="stat-value">120</div>\s*<div class="stat-label">requests', r.text
     )
     assert re.search(r'<div class="stat-value">4</div>\s*<div class="stat-label">errors', r.text)
+    assert re.search(r"<td>m@1</td><td class=\"num\">120</td><td class=\"num\">100%</td>", r.text)
     assert client.get("/ui/deployments/d?window=1y").status_code == 200  # unknown: the default
     fragment = client.get("/ui/deployments/d/traffic?window=15m", headers={"HX-Request": "true"})
     assert fragment.status_code == 200 and 'id="latency-chart-spec"' in fragment.text

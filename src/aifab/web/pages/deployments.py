@@ -29,7 +29,7 @@ from aifab.inference.deployments import (
     update_deployment,
 )
 from aifab.inference.request_log import recent_requests
-from aifab.inference.traffic import traffic_series, traffic_summary
+from aifab.inference.traffic import traffic_by_model, traffic_series, traffic_summary
 from aifab.serve.auth import admit
 from aifab.serve.errors import ApiError
 from aifab.serve.keys import key_info
@@ -106,6 +106,7 @@ def _traffic(name: str, window: str) -> dict[str, Any]:
     return {
         "charts": _charts(series, bucket_s, with_date=window_s > 86_000),
         "totals": {"requests": sum(series["requests"]), "errors": sum(series["errors"])},
+        "by_model": traffic_by_model(name, window_s),
     }
 
 
