@@ -17,7 +17,7 @@ from aifab.core.db import session_scope
 from aifab.core.errors import InvalidInputError
 from aifab.inference.tables import RequestLogRow
 
-__all__ = ["traffic_series", "traffic_summary"]
+__all__ = ["traffic_by_model", "traffic_series", "traffic_summary"]
 
 #: The most log rows one query reads (newest first).
 MAX_ROWS = 50_000
@@ -131,3 +131,41 @@ def traffic_series(
         series["p50_ms"].append(stats["p50_ms"])
         series["p99_ms"].append(stats["p99_ms"])
     return series
+
+
+def traffic_by_model(
+    deployment: str, window_s: float = 3600.0, *, now: float | None = None
+) -> dict[str, dict[str, Any]]:
+    """Who answered ``deployment`` over the last ``window_s`` seconds, per model version.
+
+    Shows the real split between a primary and its canary: ``{"churn@3": {"requests",
+    "share", "rate_per_s", "p50_ms", "p99_ms", "errors", "error_rate"}}`` (requests that failed
+    before a model was picked count under ``"-"``).
+
+    Raises:
+        InvalidInputError: ``window_s`` is not 1 s to 7 days.
+    """
+    if not 1 <= window_s <= 7 * 86400:
+        raise InvalidInputError(f"window {window_s!r} s: expected 1 s to 7 days")
+    end = now if now is not None else time.time()
+    q = (
+        select(RequestLogRow.model_version, RequestLogRow.status, RequestLogRow.latency_ms)
+        .where(RequestLogRow.deployment == deployment, RequestLogRow.ts >= end - window_s)
+        .order_by(RequestLogRow.id.desc())
+        .limit(MAX_ROWS)
+    )
+    with session_scope() as s:
+        rows = [tuple(r) for r in s.execute(q)]
+    if not rows:
+        return {}
+    models = np.array([r[0] or "-" for r in rows])
+    statuses = np.array([r[1] for r in rows])
+    latencies = np.array([r[2] for r in rows], dtype=float)
+    out = {}
+    for model in sorted(set(models.tolist())):
+        mask = models == model
+        out[model] = {
+            **_stats(latencies[mask], statuses[mask], window_s),
+            "share": int(mask.sum()) / len(rows),
+        }
+    return out

@@ -22,7 +22,7 @@ from aifab.serve.errors import ApiError
 from aifab.serve.keys import PERMISSIONS, KeyInfo, authenticate, hash_secret
 from aifab.serve.limits import retry_after
 
-__all__ = ["KeyCache", "Principal", "authorize_headers", "forget_keys", "require"]
+__all__ = ["KeyCache", "Principal", "admit", "authorize_headers", "forget_keys", "require"]
 
 _ALL_PERMISSIONS = frozenset().union(*PERMISSIONS.values())
 _UNAUTHORIZED = {"WWW-Authenticate": "Bearer"}
@@ -119,6 +119,18 @@ def _authorize(request: Request, secret: str | None, permissions: tuple[str, ...
         raise ApiError(
             401, "invalid or revoked API key", code="invalid_api_key", headers=_UNAUTHORIZED
         )
+    return admit(request, key, permissions)
+
+
+def admit(request: Request, key: KeyInfo, permissions: tuple[str, ...]) -> Principal:
+    """Let an authenticated ``key`` make ``request``: role, rate limit, token quota, budget.
+
+    :func:`require` calls it after finding the key of a secret; the dashboard calls it with
+    the key its session was opened with, so a request made there meets the same limits.
+
+    Raises:
+        ApiError: 403 (the role lacks every one of ``permissions``) or 429 (over a limit).
+    """
     held = PERMISSIONS.get(key.role, frozenset())
     granted = next((p for p in permissions if p in held), None)
     if granted is None:

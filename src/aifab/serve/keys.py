@@ -32,6 +32,7 @@ __all__ = [
     "create_key",
     "get_key",
     "hash_secret",
+    "key_info",
     "list_keys",
     "may_push",
     "parse_datasets",
@@ -325,8 +326,18 @@ def authenticate(secret: str) -> KeyInfo | None:
         return None
     with session_scope() as s:
         row = s.scalar(select(ApiKeyRow).where(ApiKeyRow.hash == hash_secret(secret)))
-        if row is None or row.revoked_at is not None:
-            return None
-        return KeyInfo(
-            row.id, row.name, row.role, row.rate_per_min, row.token_quota_day, tuple(_grants(row))
-        )
+        return _active_info(row)
+
+
+def key_info(key_id: str) -> KeyInfo | None:
+    """The active key with this id (as :func:`authenticate` finds it), or None."""
+    with session_scope() as s:
+        return _active_info(s.get(ApiKeyRow, key_id))
+
+
+def _active_info(row: ApiKeyRow | None) -> KeyInfo | None:
+    if row is None or row.revoked_at is not None:
+        return None
+    return KeyInfo(
+        row.id, row.name, row.role, row.rate_per_min, row.token_quota_day, tuple(_grants(row))
+    )

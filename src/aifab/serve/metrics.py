@@ -180,16 +180,55 @@ class Metrics:
             self.ready.remove(deployment)
         self._children.pop((id(self.ready), deployment), None)
 
+    def batch_sizes(self, deployment: str) -> list[tuple[str, int]]:
+        """Model calls of ``deployment`` since the server started, by batch size bucket.
+
+        Returns:
+            ``[(bucket, calls)]`` in size order, buckets labelled ``"1"``, ``"2"``, ``"3-4"``...
+            ``">1024"``; empty when the deployment has made no model call. Under ``--workers``
+            the calls of every process are added up, as in :meth:`render`.
+        """
+        cumulative: list[tuple[float, float]] = []
+        for family in self._collecting_registry().collect():
+            if family.name != "aifab_batch_size":
+                continue
+            for sample in family.samples:
+                if (
+                    sample.name.endswith("_bucket")
+                    and sample.labels.get("deployment") == deployment
+                ):
+                    cumulative.append((float(sample.labels["le"]), sample.value))
+        cumulative.sort()
+        out, seen, low = [], 0.0, 0.0
+        for bound, total in cumulative:
+            count = int(total - seen)
+            seen = total
+            if count:
+                out.append((_bucket_label(low, bound), count))
+            low = bound
+        return out
+
+    def _collecting_registry(self) -> CollectorRegistry:
+        if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+            from prometheus_client import multiprocess
+
+            registry = CollectorRegistry()
+            multiprocess.MultiProcessCollector(registry)
+            return registry
+        return self.registry
+
     def render(self) -> bytes:
         """The Prometheus text exposition of every metric.
 
         Under ``aifab serve --workers`` prometheus_client keeps the values of every process
         in files; they are added up here, whichever process answers.
         """
-        if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
-            from prometheus_client import multiprocess
+        return generate_latest(self._collecting_registry())
 
-            registry = CollectorRegistry()
-            multiprocess.MultiProcessCollector(registry)
-            return generate_latest(registry)
-        return generate_latest(self.registry)
+
+def _bucket_label(low: float, high: float) -> str:
+    """``"1"``, ``"3-4"``, ``">1024"``: the batch sizes a histogram bucket (low, high] holds."""
+    if high == float("inf"):
+        return f">{int(low)}"
+    first = int(low) + 1
+    return str(int(high)) if first >= int(high) else f"{first}-{int(high)}"

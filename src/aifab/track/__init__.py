@@ -15,7 +15,7 @@ from aifab.track.registry import (
     resolve_model,
     set_alias,
 )
-from aifab.track.runs import compare_runs, get_run, list_runs, metric_history
+from aifab.track.runs import compare_runs, get_run, list_runs, metric_history, read_artifact
 from aifab.track.tracking import Run, get_client, resume_run, run_env, start_run, tracking_uri
 from aifab.track.usage import model_versions_of_runs, runs_reading
 
@@ -31,6 +31,7 @@ __all__ = [
     "list_versions",
     "metric_history",
     "model_versions_of_runs",
+    "read_artifact",
     "register_model",
     "resolve_model",
     "resume_run",

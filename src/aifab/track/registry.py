@@ -93,13 +93,20 @@ def _registered(name: str) -> Any:
 
 
 def list_versions(name: str) -> list[dict[str, Any]]:
-    """The versions of model ``name``, newest first.
+    """The versions of model ``name``, newest first, each with its aliases.
 
     Raises:
         NotFoundError: no model has this name.
     """
-    _registered(_check_model_name(name))
-    return _versions(name)
+    rm = _registered(_check_model_name(name))
+    by_version: dict[int, list[str]] = {}
+    # MLflow's version search leaves aliases out; the registered model has them all.
+    for alias, version in (rm.aliases or {}).items():
+        by_version.setdefault(int(version), []).append(alias)
+    versions = _versions(name)
+    for v in versions:
+        v["aliases"] = sorted(set(v["aliases"]) | set(by_version.get(v["version"], [])))
+    return versions
 
 
 def _versions(name: str) -> list[dict[str, Any]]:

@@ -3,14 +3,20 @@
 from __future__ import annotations
 
 import json
+import posixpath
+import tempfile
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
-from aifab.core.errors import InvalidInputError
+from aifab.core.errors import InvalidInputError, NotFoundError
+from aifab.core.workspace import get_workspace
 from aifab.track.tracking import experiment_id, get_client, translate_error
 
 #: Listing artifacts stops after this many entries (a run may log thousands of files).
 MAX_ARTIFACTS = 1000
+#: :func:`read_artifact` reads files up to this size.
+MAX_ARTIFACT_BYTES = 4 * 1024 * 1024
 
 
 def _seconds(ms: int | None) -> float | None:
@@ -41,21 +47,44 @@ def _fetch(run_id: str) -> Any:
         raise translate_error(exc, f"run {run_id!r}") from None
 
 
-def list_runs(experiment: str | None = None, limit: int = 50) -> list[dict[str, Any]]:
-    """Newest runs first, across experiments or in one.
+def list_runs(
+    experiment: str | None = None, limit: int = 50, offset: int = 0
+) -> list[dict[str, Any]]:
+    """Newest runs first, across experiments or in one; ``offset`` skips the newest ones.
+
+    The store pages in its own query (MLflow's page token), so a page deep into 10k runs
+    reads only that page's runs.
 
     Raises:
+        InvalidInputError: ``limit`` under 1 or ``offset`` under 0.
         NotFoundError: ``experiment`` does not exist.
     """
     if limit < 1:
         raise InvalidInputError(f"limit: must be at least 1, got {limit}")
+    if offset < 0:
+        raise InvalidInputError(f"offset: must be at least 0, got {offset}")
     client = get_client()
     experiments = {e.experiment_id: e.name for e in client.search_experiments()}
     ids = [experiment_id(experiment, create=False)] if experiment else list(experiments)
     if not ids:
         return []
-    runs = client.search_runs(ids, max_results=limit, order_by=["attributes.start_time DESC"])
+    runs = client.search_runs(
+        ids,
+        max_results=limit,
+        order_by=["attributes.start_time DESC"],
+        page_token=_page_token(offset),
+    )
     return [_summary(r, experiments) for r in runs]
+
+
+def _page_token(offset: int) -> str | None:
+    """MLflow's page token for the page starting at ``offset`` (its stores read an offset)."""
+    if offset == 0:
+        return None
+    from mlflow.utils.search_utils import SearchUtils
+
+    token: bytes = SearchUtils.create_page_token(offset)
+    return token.decode()
 
 
 def metric_history(run_id: str, key: str) -> list[dict[str, Any]]:
@@ -68,6 +97,30 @@ def metric_history(run_id: str, key: str) -> list[dict[str, Any]]:
         raise translate_error(exc, f"run {run_id!r}") from None
     rows = [{"step": m.step, "value": m.value, "timestamp": m.timestamp} for m in points]
     return sorted(rows, key=lambda r: (r["step"], r["timestamp"]))
+
+
+def read_artifact(run_id: str, path: str, max_bytes: int = MAX_ARTIFACT_BYTES) -> bytes:
+    """The content of one artifact file of a run (e.g. ``exports/card/card.json``).
+
+    Raises:
+        NotFoundError: no such run or artifact.
+        InvalidInputError: the file is over ``max_bytes``.
+    """
+    from mlflow.exceptions import MlflowException
+
+    parent = posixpath.dirname(path.strip("/")) or None
+    try:
+        entries = {e.path: e for e in get_client().list_artifacts(run_id, parent)}
+    except MlflowException as exc:
+        raise translate_error(exc, f"run {run_id!r}") from None
+    entry = entries.get(path.strip("/"))
+    if entry is None or entry.is_dir:
+        raise NotFoundError(f"run {run_id} has no artifact file {path!r}")
+    if entry.file_size is not None and entry.file_size > max_bytes:
+        raise InvalidInputError(f"artifact {path!r}: {entry.file_size} bytes is over {max_bytes}")
+    with tempfile.TemporaryDirectory(prefix="artifact-", dir=get_workspace().tmp) as scratch:
+        local = Path(get_client().download_artifacts(run_id, path.strip("/"), scratch))
+        return local.read_bytes()[: max_bytes + 1]
 
 
 def _artifacts(run_id: str) -> list[dict[str, Any]]:

@@ -75,16 +75,35 @@ _OPENAPI: dict[str, Any] = {
 }
 
 
-@router.post("/v1/predict/{deployment}", openapi_extra=_OPENAPI, response_class=JSONResponse)
+#: The route template a prediction is counted and logged under, whoever asks for it.
+ROUTE = "/v1/predict/{deployment}"
+
+
+@router.post(ROUTE, openapi_extra=_OPENAPI, response_class=JSONResponse)
 async def predict(
     deployment: str, request: Request, principal: Principal = Depends(require("invoke"))
 ) -> Response:
     """Predict with a deployed classifier: ``{"records": [...]}`` or ``{"rows": [[...]]}``."""
     started = time.perf_counter()
+    answer = await predict_body(request, deployment, await request.body(), started=started)
+    return JSONResponse(answer, headers={"x-request-id": answer["request_id"]})
+
+
+async def predict_body(
+    request: Request, deployment: str, body: bytes, *, started: float | None = None
+) -> dict[str, Any]:
+    """Run one predict body through ``deployment``, as the request's principal.
+
+    The request log, metrics and quotas see it as a ``POST /v1/predict/...`` of the key on
+    ``request.state.principal`` (the dashboard's try-it form calls it with the viewer's key).
+
+    Raises:
+        ApiError: 404/503 for the deployment, 413/400/422 for the body, 500 if the model fails.
+    """
+    started = time.perf_counter() if started is None else started
     served = request.app.state.manager.get(deployment)
     target = served.pick(request.headers)
     try:
-        body = await request.body()
         if len(body) > MAX_BODY_BYTES:
             raise ApiError(413, f"body of {len(body)} bytes is over {MAX_BODY_BYTES}")
         try:
@@ -103,17 +122,23 @@ async def predict(
             # A shape the handler did not foresee is still the caller's input, not our fault.
             raise ApiError(422, f"body: cannot decode the input ({exc})", param="body") from None
     except ApiError as exc:
-        record(request, served.name, status=exc.status, started=started, model=target.model)
+        record(
+            request,
+            served.name,
+            status=exc.status,
+            started=started,
+            model=target.model,
+            route=ROUTE,
+        )
         raise
     request_id = new_id("req")
-    outputs = await invoke(request, served, target, items, started=started, request_id=request_id)
-    encode = target.handler.encode
-    return JSONResponse(
-        {
-            "deployment": served.name,
-            "model": target.model,
-            "predictions": [encode(o) for o in outputs],
-            "request_id": request_id,
-        },
-        headers={"x-request-id": request_id},
+    outputs = await invoke(
+        request, served, target, items, started=started, route=ROUTE, request_id=request_id
     )
+    encode = target.handler.encode
+    return {
+        "deployment": served.name,
+        "model": target.model,
+        "predictions": [encode(o) for o in outputs],
+        "request_id": request_id,
+    }
