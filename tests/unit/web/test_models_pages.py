@@ -115,7 +115,7 @@ def test_run_page_has_each_curve_params_and_dataset_links(
     _sign_in(client, "viewer")
     r = client.get(f"/ui/runs/{runs[1]}")
     assert r.status_code == 200
-    spec = re.search(r'<script type="application/json" id="metric-0-spec">(.*?)</script>', r.text)
+    spec = re.search(r'<pre hidden id="metric-0-spec">(.*?)</pre>', r.text)
     assert spec is not None and '"label": "loss"' in spec.group(1)
     assert '"data": [2.0, 1.0,' in spec.group(1)  # loss = 2 / (step + 1)
     assert 'href="/ui/data/rows/versions/3"' in r.text
@@ -134,7 +134,7 @@ def test_compare_draws_one_line_per_run(client: TestClient, runs: list[str]) -> 
     _sign_in(client, "viewer")
     r = client.get(f"/ui/runs/compare?run={runs[0]}&run={runs[2]}&metric=loss")
     assert r.status_code == 200
-    spec = re.search(r'id="compare-chart-spec">(.*?)</script>', r.text)
+    spec = re.search(r'id="compare-chart-spec">(.*?)</pre>', r.text)
     assert spec is not None
     assert spec.group(1).count('"label": "run-') == 2
     assert "<td>lr</td>" in r.text  # the param that differs
