@@ -1,8 +1,9 @@
 """Traffic of deployments from the request log: request rate, latency percentiles, errors.
 
 Read by the dashboard (and anyone watching a deployment). The log is sampled by
-``aifab serve --log-sample``: counts are of logged requests, and every error is logged. Queries
-read a bounded number of the newest rows, so a busy log never makes a page slow.
+``aifab serve --log-sample``: counts are of logged requests, and every error is logged. A query
+reads at most :data:`MAX_ROWS` rows: when a window holds more, it reads an even sample (every
+k-th row by id) and scales the counts by k, so a busy log never makes a page slow.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ import time
 from typing import Any
 
 import numpy as np
-from sqlalchemy import select
+from sqlalchemy import func, select
 
 from aifab.core.db import session_scope
 from aifab.core.errors import InvalidInputError
@@ -19,30 +20,37 @@ from aifab.inference.tables import RequestLogRow
 
 __all__ = ["traffic_by_model", "traffic_series", "traffic_summary"]
 
-#: The most log rows one query reads (newest first).
-MAX_ROWS = 50_000
+#: The most log rows one query reads; beyond it, an even sample is read.
+MAX_ROWS = 10_000
 
 
-def _rows(deployment: str | None, since: float) -> list[tuple[str, float, int, float]]:
-    q = (
-        select(
-            RequestLogRow.deployment,
-            RequestLogRow.ts,
-            RequestLogRow.status,
-            RequestLogRow.latency_ms,
-        )
-        .where(RequestLogRow.ts >= since)
-        .order_by(RequestLogRow.id.desc())
-        .limit(MAX_ROWS)
-    )
+def _rows(deployment: str | None, since: float) -> tuple[list[tuple[Any, ...]], int]:
+    """``(deployment, ts, status, latency_ms, model_version)`` rows since ``since``, and k.
+
+    k is the sampling stride: 1 when the window has at most :data:`MAX_ROWS` rows.
+    """
+    where = [RequestLogRow.ts >= since]
     if deployment is not None:
-        q = q.where(RequestLogRow.deployment == deployment)
+        where.append(RequestLogRow.deployment == deployment)
+    q = select(
+        RequestLogRow.deployment,
+        RequestLogRow.ts,
+        RequestLogRow.status,
+        RequestLogRow.latency_ms,
+        RequestLogRow.model_version,
+    ).where(*where)
     with session_scope() as s:
-        return [tuple(r) for r in s.execute(q)]  # type: ignore[misc]
+        total = int(s.scalar(select(func.count()).select_from(RequestLogRow).where(*where)) or 0)
+        stride = max(1, -(-total // MAX_ROWS))
+        if stride > 1:
+            q = q.where(RequestLogRow.id % stride == 0)
+        return [tuple(r) for r in s.execute(q)], stride
 
 
-def _stats(latencies: np.ndarray, statuses: np.ndarray, seconds: float) -> dict[str, Any]:
-    n = int(latencies.size)
+def _stats(
+    latencies: np.ndarray, statuses: np.ndarray, seconds: float, scale: int = 1
+) -> dict[str, Any]:
+    n = int(latencies.size) * scale
     if n == 0:
         return {
             "requests": 0,
@@ -52,7 +60,7 @@ def _stats(latencies: np.ndarray, statuses: np.ndarray, seconds: float) -> dict[
             "errors": 0,
             "error_rate": None,
         }
-    errors = int(np.count_nonzero(statuses >= 400))
+    errors = int(np.count_nonzero(statuses >= 400)) * scale
     return {
         "requests": n,
         "rate_per_s": n / seconds,
@@ -74,7 +82,7 @@ def traffic_summary(
     if not 1 <= window_s <= 7 * 86400:
         raise InvalidInputError(f"window {window_s!r} s: expected 1 s to 7 days")
     end = now if now is not None else time.time()
-    rows = _rows(None, end - window_s)
+    rows, stride = _rows(None, end - window_s)
     out: dict[str, dict[str, Any]] = {}
     if not rows:
         return out
@@ -83,7 +91,7 @@ def traffic_summary(
     latencies = np.array([r[3] for r in rows], dtype=float)
     for name in sorted(set(names.tolist())):
         mask = names == name
-        out[name] = _stats(latencies[mask], statuses[mask], window_s)
+        out[name] = _stats(latencies[mask], statuses[mask], window_s, stride)
     return out
 
 
@@ -109,7 +117,7 @@ def traffic_series(
         )
     end = now if now is not None else time.time()
     start = end - window_s
-    rows = _rows(deployment, start)
+    rows, stride = _rows(deployment, start)
     n_buckets = int(np.ceil(window_s / bucket_s))
     ts = np.array([r[1] for r in rows], dtype=float)
     statuses = np.array([r[2] for r in rows])
@@ -124,7 +132,7 @@ def traffic_series(
     }
     for b in range(n_buckets):
         mask = index == b
-        stats = _stats(latencies[mask], statuses[mask], bucket_s)
+        stats = _stats(latencies[mask], statuses[mask], bucket_s, stride)
         series["ts"].append(start + b * bucket_s)
         series["requests"].append(stats["requests"])
         series["errors"].append(stats["errors"])
@@ -148,24 +156,17 @@ def traffic_by_model(
     if not 1 <= window_s <= 7 * 86400:
         raise InvalidInputError(f"window {window_s!r} s: expected 1 s to 7 days")
     end = now if now is not None else time.time()
-    q = (
-        select(RequestLogRow.model_version, RequestLogRow.status, RequestLogRow.latency_ms)
-        .where(RequestLogRow.deployment == deployment, RequestLogRow.ts >= end - window_s)
-        .order_by(RequestLogRow.id.desc())
-        .limit(MAX_ROWS)
-    )
-    with session_scope() as s:
-        rows = [tuple(r) for r in s.execute(q)]
+    rows, stride = _rows(deployment, end - window_s)
     if not rows:
         return {}
-    models = np.array([r[0] or "-" for r in rows])
-    statuses = np.array([r[1] for r in rows])
-    latencies = np.array([r[2] for r in rows], dtype=float)
+    models = np.array([r[4] or "-" for r in rows])
+    statuses = np.array([r[2] for r in rows])
+    latencies = np.array([r[3] for r in rows], dtype=float)
     out = {}
     for model in sorted(set(models.tolist())):
         mask = models == model
         out[model] = {
-            **_stats(latencies[mask], statuses[mask], window_s),
+            **_stats(latencies[mask], statuses[mask], window_s, stride),
             "share": int(mask.sum()) / len(rows),
         }
     return out

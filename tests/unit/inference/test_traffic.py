@@ -80,3 +80,30 @@ def test_by_model_shows_the_real_split_of_primary_and_canary() -> None:
     assert traffic_by_model("nobody", now=NOW) == {}
     with pytest.raises(InvalidInputError, match="window"):
         traffic_by_model("split", 0)
+
+
+def test_a_window_over_the_row_cap_is_sampled_evenly_and_scaled() -> None:
+    # Found by bench/ui.py: the deployment page read up to 50k rows three times per view, so a
+    # busy hour made it slow; beyond MAX_ROWS an even sample is read and counts are scaled.
+    from sqlalchemy import insert
+
+    from aifab.core.db import session_scope
+    from aifab.inference import traffic
+    from aifab.inference.tables import RequestLogRow
+
+    n = traffic.MAX_ROWS * 3
+    rows = [
+        {"ts": NOW - i % 3000, "deployment": "busy", "route": "/v1/predict/{deployment}",
+         "status": 500 if i % 10 == 0 else 200, "latency_ms": float(i % 100), "tokens": 0}
+        for i in range(n)
+    ]  # fmt: skip
+    with session_scope() as s:  # the logger's bounded queue would drop a burst this size
+        s.execute(insert(RequestLogRow), rows)
+    out = traffic_summary(3600, now=NOW)["busy"]
+    assert out["requests"] == pytest.approx(n, rel=0.02)
+    assert out["errors"] == pytest.approx(n / 10, rel=0.05)
+    assert out["p50_ms"] == pytest.approx(49.5, abs=3)
+    series = traffic_series("busy", window_s=3600, bucket_s=600, now=NOW)
+    assert sum(series["requests"]) == pytest.approx(n, rel=0.02)
+    rows, stride = traffic._rows("busy", NOW - 3600)
+    assert stride == 3 and len(rows) <= traffic.MAX_ROWS
