@@ -468,6 +468,14 @@ def test_gate_scores_recent_labelled_traffic(env) -> None:
     for rid, labels, _ in served:
         fb = c.post("/v1/feedback", json={"request_id": rid, "labels": labels})
         assert fb.status_code == 200
+    # The request log is written by a background writer: wait for every labelled row (a CI run
+    # evaluated the gate before the last batch was written).
+    from aifab.ops.feedback import labelled_traffic
+
+    deadline = time.monotonic() + 30
+    while len(labelled_traffic("churn-labelled", 0.0)) < len(rows):
+        assert time.monotonic() < deadline, "the labelled requests never reached the log"
+        time.sleep(0.2)
     spec = GateSpec.model_validate({"tolerance": 0.0, "traffic": {"min_labels": len(rows)}})
     result, basis = evaluate_gate(candidate, champion, spec, "churn-labelled")
     traffic = basis["traffic"]

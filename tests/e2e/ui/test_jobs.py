@@ -94,7 +94,9 @@ def test_a_developer_cancels_a_running_job_through_the_page(
     wait_state(job_id, ("running",))
     page = sign_in("developer")
     page.goto(f"{dashboard.url}/ui/jobs/{job_id}")
-    page.wait_for_function("document.getElementById('job-log').textContent.includes('started')")
+    # A locator wait, not wait_for_function: the page's CSP forbids the eval Playwright's
+    # polling of a string predicate needs (a CI run failed on it).
+    page.locator("#job-log", has_text="started").wait_for()
     page.once("dialog", lambda dialog: dialog.accept())  # "Cancel job sleeper?"
     with page.expect_response(lambda r: r.url.endswith("/cancel")) as posted:
         page.get_by_role("button", name="Cancel job").click()
