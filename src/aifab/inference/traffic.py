@@ -18,7 +18,7 @@ from aifab.core.db import session_scope
 from aifab.core.errors import InvalidInputError
 from aifab.inference.tables import RequestLogRow
 
-__all__ = ["traffic_by_model", "traffic_series", "traffic_summary"]
+__all__ = ["traffic_by_model", "traffic_series", "traffic_summary", "traffic_window"]
 
 #: The most log rows one query reads; beyond it, an even sample is read.
 MAX_ROWS = 10_000
@@ -79,8 +79,7 @@ def traffic_summary(
     Raises:
         InvalidInputError: ``window_s`` is not 1 s to 7 days.
     """
-    if not 1 <= window_s <= 7 * 86400:
-        raise InvalidInputError(f"window {window_s!r} s: expected 1 s to 7 days")
+    _check_window(window_s)
     end = now if now is not None else time.time()
     rows, stride = _rows(None, end - window_s)
     out: dict[str, dict[str, Any]] = {}
@@ -92,6 +91,52 @@ def traffic_summary(
     for name in sorted(set(names.tolist())):
         mask = names == name
         out[name] = _stats(latencies[mask], statuses[mask], window_s, stride)
+    return out
+
+
+def _check_window(window_s: float, bucket_s: float | None = None) -> None:
+    if bucket_s is None:
+        if not 1 <= window_s <= 7 * 86400:
+            raise InvalidInputError(f"window {window_s!r} s: expected 1 s to 7 days")
+    elif not 1 <= bucket_s <= window_s <= 7 * 86400 or window_s / bucket_s > 1000:
+        raise InvalidInputError(
+            f"window {window_s!r} s / bucket {bucket_s!r} s: at most 7 days and 1000 buckets"
+        )
+
+
+def _series(
+    rows: list[tuple[Any, ...]], stride: int, start: float, window_s: float, bucket_s: float
+) -> dict[str, list[Any]]:
+    n_buckets = int(np.ceil(window_s / bucket_s))
+    ts = np.array([r[1] for r in rows], dtype=float)
+    statuses = np.array([r[2] for r in rows])
+    latencies = np.array([r[3] for r in rows], dtype=float)
+    index = np.clip(((ts - start) // bucket_s).astype(int), 0, n_buckets - 1) if rows else ts
+    series: dict[str, list[Any]] = {k: [] for k in ("ts", "requests", "errors", "p50_ms", "p99_ms")}
+    for b in range(n_buckets):
+        mask = index == b
+        stats = _stats(latencies[mask], statuses[mask], bucket_s, stride)
+        series["ts"].append(start + b * bucket_s)
+        for key in ("requests", "errors", "p50_ms", "p99_ms"):
+            series[key].append(stats[key])
+    return series
+
+
+def _by_model(
+    rows: list[tuple[Any, ...]], stride: int, window_s: float
+) -> dict[str, dict[str, Any]]:
+    if not rows:
+        return {}
+    models = np.array([r[4] or "-" for r in rows])
+    statuses = np.array([r[2] for r in rows])
+    latencies = np.array([r[3] for r in rows], dtype=float)
+    out = {}
+    for model in sorted(set(models.tolist())):
+        mask = models == model
+        out[model] = {
+            **_stats(latencies[mask], statuses[mask], window_s, stride),
+            "share": int(mask.sum()) / len(rows),
+        }
     return out
 
 
@@ -111,34 +156,10 @@ def traffic_series(
     Raises:
         InvalidInputError: a window or bucket out of range (at most 1,000 buckets).
     """
-    if not 1 <= bucket_s <= window_s <= 7 * 86400 or window_s / bucket_s > 1000:
-        raise InvalidInputError(
-            f"window {window_s!r} s / bucket {bucket_s!r} s: at most 7 days and 1000 buckets"
-        )
-    end = now if now is not None else time.time()
-    start = end - window_s
+    _check_window(window_s, bucket_s)
+    start = (now if now is not None else time.time()) - window_s
     rows, stride = _rows(deployment, start)
-    n_buckets = int(np.ceil(window_s / bucket_s))
-    ts = np.array([r[1] for r in rows], dtype=float)
-    statuses = np.array([r[2] for r in rows])
-    latencies = np.array([r[3] for r in rows], dtype=float)
-    index = np.clip(((ts - start) // bucket_s).astype(int), 0, n_buckets - 1) if rows else ts
-    series: dict[str, list[Any]] = {
-        "ts": [],
-        "requests": [],
-        "errors": [],
-        "p50_ms": [],
-        "p99_ms": [],
-    }
-    for b in range(n_buckets):
-        mask = index == b
-        stats = _stats(latencies[mask], statuses[mask], bucket_s, stride)
-        series["ts"].append(start + b * bucket_s)
-        series["requests"].append(stats["requests"])
-        series["errors"].append(stats["errors"])
-        series["p50_ms"].append(stats["p50_ms"])
-        series["p99_ms"].append(stats["p99_ms"])
-    return series
+    return _series(rows, stride, start, window_s, bucket_s)
 
 
 def traffic_by_model(
@@ -153,20 +174,30 @@ def traffic_by_model(
     Raises:
         InvalidInputError: ``window_s`` is not 1 s to 7 days.
     """
-    if not 1 <= window_s <= 7 * 86400:
-        raise InvalidInputError(f"window {window_s!r} s: expected 1 s to 7 days")
-    end = now if now is not None else time.time()
-    rows, stride = _rows(deployment, end - window_s)
-    if not rows:
-        return {}
-    models = np.array([r[4] or "-" for r in rows])
-    statuses = np.array([r[2] for r in rows])
-    latencies = np.array([r[3] for r in rows], dtype=float)
-    out = {}
-    for model in sorted(set(models.tolist())):
-        mask = models == model
-        out[model] = {
-            **_stats(latencies[mask], statuses[mask], window_s, stride),
-            "share": int(mask.sum()) / len(rows),
-        }
-    return out
+    _check_window(window_s)
+    rows, stride = _rows(deployment, (now if now is not None else time.time()) - window_s)
+    return _by_model(rows, stride, window_s)
+
+
+def traffic_window(
+    deployment: str,
+    *,
+    window_s: float = 3600.0,
+    bucket_s: float = 60.0,
+    now: float | None = None,
+) -> dict[str, Any]:
+    """:func:`traffic_series` and :func:`traffic_by_model` of one window, read from the log once.
+
+    Returns:
+        ``{"series": ..., "by_model": ...}`` as those functions return them.
+
+    Raises:
+        InvalidInputError: a window or bucket out of range (at most 1,000 buckets).
+    """
+    _check_window(window_s, bucket_s)
+    start = (now if now is not None else time.time()) - window_s
+    rows, stride = _rows(deployment, start)
+    return {
+        "series": _series(rows, stride, start, window_s, bucket_s),
+        "by_model": _by_model(rows, stride, window_s),
+    }

@@ -107,3 +107,14 @@ def test_a_window_over_the_row_cap_is_sampled_evenly_and_scaled() -> None:
     assert sum(series["requests"]) == pytest.approx(n, rel=0.02)
     rows, stride = traffic._rows("busy", NOW - 3600)
     assert stride == 3 and len(rows) <= traffic.MAX_ROWS
+
+
+def test_one_window_read_gives_the_series_and_the_split_of_both_calls() -> None:
+    from aifab.inference.traffic import traffic_window
+
+    _log([("d", 30, 200, 4.0), ("d", 90, 500, 8.0)], model="m@1")
+    _log([("d", 40, 200, 6.0)], model="m@2")
+    both = traffic_window("d", window_s=300, bucket_s=60, now=NOW)
+    assert both["series"] == traffic_series("d", window_s=300, bucket_s=60, now=NOW)
+    assert both["by_model"] == traffic_by_model("d", 300, now=NOW)
+    assert both["by_model"]["m@1"]["requests"] == 2 and both["by_model"]["m@2"]["errors"] == 0

@@ -29,7 +29,7 @@ from aifab.inference.deployments import (
     update_deployment,
 )
 from aifab.inference.request_log import recent_requests
-from aifab.inference.traffic import traffic_by_model, traffic_series, traffic_summary
+from aifab.inference.traffic import traffic_summary, traffic_window
 from aifab.serve.auth import admit
 from aifab.serve.errors import ApiError
 from aifab.serve.keys import key_info
@@ -102,11 +102,12 @@ def _traffic(name: str, window: str) -> dict[str, Any]:
     """The window's charts and totals of deployment ``name`` (NotFoundError if there is none)."""
     get_deployment(name)
     window_s, bucket_s = WINDOWS[window]
-    series = traffic_series(name, window_s=window_s, bucket_s=bucket_s)
+    traffic = traffic_window(name, window_s=window_s, bucket_s=bucket_s)  # one read of the log
+    series = traffic["series"]
     return {
         "charts": _charts(series, bucket_s, with_date=window_s > 86_000),
         "totals": {"requests": sum(series["requests"]), "errors": sum(series["errors"])},
-        "by_model": traffic_by_model(name, window_s),
+        "by_model": traffic["by_model"],
     }
 
 
