@@ -12,13 +12,11 @@ import asyncio
 import threading
 import time
 from dataclasses import dataclass
-from typing import Any
 from urllib.parse import parse_qsl, urlsplit
 
 from fastapi import Request
 
-from aifab.core.errors import NotFoundError
-from aifab.serve.keys import PERMISSIONS, get_key
+from aifab.serve.keys import PERMISSIONS, KeyInfo, key_info
 from aifab.web.session import COOKIE, Session, csrf_token, read, valid_csrf
 
 __all__ = ["LoginRequired", "UiError", "Viewer", "need", "read_form", "same_origin", "viewer"]
@@ -26,7 +24,7 @@ __all__ = ["LoginRequired", "UiError", "Viewer", "need", "read_form", "same_orig
 #: Forms are small: a key, a few fields. Anything bigger is refused before parsing.
 MAX_FORM_BYTES = 64 * 1024
 _KEY_TTL_S = 1.0  # a revoked key's sessions end within this long (as the API's key cache)
-_keys: dict[str, tuple[dict[str, Any] | None, float]] = {}
+_keys: dict[str, tuple[KeyInfo | None, float]] = {}
 _keys_lock = threading.Lock()
 
 
@@ -45,12 +43,25 @@ class LoginRequired(Exception):
 
 @dataclass(frozen=True)
 class Viewer:
-    """A signed-in person: the key's id, name and role, and their session."""
+    """A signed-in person: their key (as read at most a second ago) and their session."""
 
-    key_id: str
-    name: str
-    role: str
+    key: KeyInfo
     session: Session
+
+    @property
+    def key_id(self) -> str:
+        """The key's id."""
+        return self.key.id
+
+    @property
+    def name(self) -> str:
+        """The key's name."""
+        return self.key.name
+
+    @property
+    def role(self) -> str:
+        """The key's role."""
+        return self.key.role
 
     def can(self, permission: str) -> bool:
         """Whether this viewer's role has ``permission`` (read, deploy, keys, ...)."""
@@ -67,18 +78,13 @@ class Viewer:
         return csrf_token(self.session)
 
 
-def _active_key(key_id: str) -> dict[str, Any] | None:
+def _active_key(key_id: str) -> KeyInfo | None:
     now = time.monotonic()
     with _keys_lock:
         hit = _keys.get(key_id)
     if hit is not None and hit[1] > now:
         return hit[0]
-    try:
-        key: dict[str, Any] | None = get_key(key_id)
-    except NotFoundError:
-        key = None
-    if key is not None and not key["active"]:
-        key = None
+    key = key_info(key_id)
     with _keys_lock:
         if len(_keys) > 10_000:
             _keys.clear()
@@ -94,9 +100,9 @@ async def viewer(request: Request) -> Viewer:
     key = await asyncio.to_thread(_active_key, session.key_id)
     if key is None:
         raise LoginRequired
-    if not PERMISSIONS.get(key["role"], frozenset()) & {"read"}:
-        raise UiError(403, f"role {key['role']!r} cannot read the dashboard")
-    found = Viewer(key["id"], key["name"], key["role"], session)
+    if "read" not in PERMISSIONS.get(key.role, frozenset()):
+        raise UiError(403, f"role {key.role!r} cannot read the dashboard")
+    found = Viewer(key, session)
     request.state.viewer = found
     return found
 
