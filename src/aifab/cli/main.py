@@ -47,9 +47,14 @@ app = typer.Typer(
 @app.callback()
 def _root(
     debug: bool = typer.Option(False, "--debug", help="Show full tracebacks on errors."),
+    wide: bool = typer.Option(
+        False, "--wide", help="Show every table cell in full, however wide the table gets."
+    ),
 ) -> None:
     if debug:
         os.environ["AIFAB_DEBUG"] = "1"
+    if wide:
+        os.environ["AIFAB_WIDE"] = "1"
 
 
 workspace.register(app)

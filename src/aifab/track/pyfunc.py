@@ -37,6 +37,11 @@ def records_of(model_input: Any) -> list[dict[str, Any]]:
 class AifabPythonModel(PythonModel):
     """aifab's handler behind MLflow's pyfunc interface (classifiers, LMs, embedders)."""
 
+    # MLflow would wrap ``predict`` to validate inputs against its type hints, and warns (in
+    # red, on every registration and load) that ``Any`` is no such hint: the model's signature
+    # already does the validating, so the wrapping is skipped, and with it the warning.
+    _skip_type_hint_validation = True
+
     def load_context(self, context: Any) -> None:
         """Load the aifab model directory with the handler its sidecar names."""
         loaded = load_target(LOADER)(str(context.artifacts[ARTIFACT_KEY]))

@@ -1,0 +1,59 @@
+"""Tables piped at 80 columns stay readable: one line per row, cut cells, hidden columns named."""
+
+from __future__ import annotations
+
+import pytest
+
+from aifab.cli.output import emit, print_table
+
+COLUMNS = [f"column_{i}" for i in range(12)]
+ROWS = [{c: f"value-{i}-{c}-" + "x" * 30 for c in COLUMNS} for i in range(3)]
+
+
+@pytest.fixture(autouse=True)
+def _eighty_columns(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("COLUMNS", "80")
+    monkeypatch.delenv("AIFAB_WIDE", raising=False)
+
+
+def test_a_wide_table_fits_80_columns_one_line_per_row(capsys: pytest.CaptureFixture[str]) -> None:
+    print_table(ROWS, COLUMNS)
+    lines = capsys.readouterr().out.splitlines()
+    table = [line for line in lines if line[:1] in "┏┃┡│└"]
+    assert table and all(len(line) <= 80 for line in table)
+    assert len([line for line in table if line.startswith("│")]) == len(ROWS)
+    assert any("more columns" in line for line in lines)
+    assert "column_11" in "\n".join(lines)  # a hidden column is named, not dropped silently
+
+
+def test_short_columns_show_whole_when_long_text_is_cut(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    rows = [{"id": 17, "updated_at": 1796329262.2, "text": "word " * 60}]
+    print_table(rows, ["id", "updated_at", "text"])
+    out = capsys.readouterr().out
+    assert "2026-12-03 20:21:02" in out  # a timestamp column prints as a date, in full
+    assert "…" in out
+
+
+def test_wide_shows_every_cell_in_full(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("AIFAB_WIDE", "1")
+    print_table(ROWS, COLUMNS)
+    out = capsys.readouterr().out
+    for row in ROWS:
+        for value in row.values():
+            assert value in out
+
+
+def test_key_value_timestamps_print_as_dates(capsys: pytest.CaptureFixture[str]) -> None:
+    emit({"team": "growth", "updated_at": 1796330000.0, "amount": 100.0}, as_json=False)
+    out = capsys.readouterr().out
+    assert "1.79633e+09" not in out
+    assert "2026-12-03" in out
+
+
+def test_wide_is_a_global_option(cli) -> None:
+    r = cli("--wide", "data", "list")
+    assert r.exit_code == 0, r.stderr
