@@ -205,14 +205,26 @@ def prompts() -> None:
         "{{ context }}\n\nQuestion: {{ question }}\nAnswer:",
     )
     rows = [
-        ("[1] Client keys are created with: aifab keys create --role client.",
-         "How do I create a client key?", "aifab keys create"),
-        ("[1] aifab serve starts the gateway on 127.0.0.1:8000.",
-         "Which command starts the server?", "aifab serve"),
-        ("[1] aifab data list shows every dataset and its latest version.",
-         "How do I list datasets?", "aifab data list"),
-        ("[1] aifab audit verify recomputes the hash chain of the audit log.",
-         "How do I check the audit log?", "aifab audit verify"),
+        (
+            "[1] Client keys are created with: aifab keys create --role client.",
+            "How do I create a client key?",
+            "aifab keys create",
+        ),
+        (
+            "[1] aifab serve starts the gateway on 127.0.0.1:8000.",
+            "Which command starts the server?",
+            "aifab serve",
+        ),
+        (
+            "[1] aifab data list shows every dataset and its latest version.",
+            "How do I list datasets?",
+            "aifab data list",
+        ),
+        (
+            "[1] aifab audit verify recomputes the hash chain of the audit log.",
+            "How do I check the audit log?",
+            "aifab audit verify",
+        ),
     ]
     lines = [json.dumps({"context": c, "question": q, "expected": e}) for c, q, e in rows]
     _write(HERE / "qa_rows.jsonl", "\n".join(lines) + "\n")

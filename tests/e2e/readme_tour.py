@@ -167,7 +167,11 @@ class Tour:
         return Outcome(command, rc, output, time.monotonic() - started)
 
     def _base_env(self) -> dict[str, str]:
-        return {"PATH": self.env["PATH"], "HOME": os.environ.get("HOME", "/root"), "LANG": "C.UTF-8"}
+        return {
+            "PATH": self.env["PATH"],
+            "HOME": os.environ.get("HOME", "/root"),
+            "LANG": "C.UTF-8",
+        }
 
     def _start(self, command: Command, code: str, started: float) -> Outcome:
         log = self.cwd / f".tour-bg-{len(self.background)}.log"

@@ -16,7 +16,6 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from tests.e2e.readme_tour import Command, Outcome, Tour, parse_readme
 
 # The whole tour is one test: its commands build on each other, as they do for a reader.
@@ -110,4 +109,6 @@ def _report(outcomes: list[Outcome], tour: Tour) -> None:
         }
         for o in outcomes
     ]
-    (out / "readme-tour.json").write_text(json.dumps({"ports": tour.ports, "commands": rows}, indent=1))
+    (out / "readme-tour.json").write_text(
+        json.dumps({"ports": tour.ports, "commands": rows}, indent=1)
+    )

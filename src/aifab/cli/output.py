@@ -103,9 +103,11 @@ def _frame(widths: Sequence[int]) -> int:
 
 
 def _fit(natural: Sequence[int], width: int) -> list[int]:
-    """Cell widths that fit ``width``: the leading columns that fit at their floor, then the
-    room left shared out smallest need first, so short columns (ids, dates) show whole and
-    long text is what gets cut."""
+    """Cell widths that fit ``width``.
+
+    The leading columns that fit at their floor are kept; the room left is shared out smallest
+    need first, so short columns (ids, dates) show whole and long text is what gets cut.
+    """
     floors: list[int] = []
     for n in natural:
         if _frame(floors + [min(n, _MIN_CELL)]) > width and floors:

@@ -100,19 +100,64 @@ def _exit_on_failure(result: RunResult) -> None:
 
 
 def _outputs_text(outputs: dict[str, Any]) -> str:
+    """One cell saying what a step made: datasets, then what its kind of result is about."""
     parts = [f"{d['ref']} ({d['rows']} rows)" for d in outputs.get("datasets", [])]
     details = outputs.get("details", {})
-    if "deployment" in details:  # a deploy step
-        parts.append(f"deployment {details['deployment']} -> {details['model']}")
-        parts.append(str(details.get("action", "")))
-    elif "model" in details:  # a register step
+    summary = _details_text(details)
+    if summary:
+        parts.append(summary)
+    return ", ".join(parts)
+
+
+def _numbers(values: dict[str, Any], keys: Any = None) -> str:
+    """``k=v`` for the numeric values of a mapping (all of them, or ``keys`` in that order)."""
+    chosen = keys if keys is not None else values
+    shown = [
+        f"{k}={values[k]:.3g}"
+        for k in chosen
+        if isinstance(values.get(k), int | float) and not isinstance(values.get(k), bool)
+    ]
+    return ", ".join(shown)
+
+
+def _details_text(details: dict[str, Any]) -> str:
+    if "deployment" in details:  # deploy
+        return (
+            f"deployment {details['deployment']} -> {details['model']}, {details.get('action', '')}"
+        )
+    if "answer" in details:  # agent
+        answer = " ".join(str(details.get("answer") or "").split())
+        return f"agent run {details['id']}: {details['status']}, answer: {answer[:80]!r}"
+    if "tool_accuracy" in details:  # tool_eval
+        keys = ("tool_accuracy", "argument_exact_match", "baseline_tool_accuracy")
+        return f"{details['rows']} calls: " + _numbers(details, keys)
+    if "kb" in details and "chunks" in details:  # kb_build
+        return (
+            f"kb {details['kb']} {details['action']}: {details['documents']} documents, "
+            f"{details['chunks']} chunks, {details['quarantined']} quarantined"
+        )
+    if "kb" in details and "metrics" in details:  # kb_eval: one mode's figures each
+        modes = "; ".join(f"{m}: {_numbers(v)}" for m, v in details["metrics"].items())
+        return f"kb {details['kb']} run {details['run_id'][:12]}: {modes}"
+    if "scores" in details:  # prompt_eval
+        return f"prompt {details['prompt']} run {details['run_id'][:12]}: " + _numbers(
+            details["scores"]
+        )
+    if "model" in details and "passed" in details:  # gate
+        return f"gate passed for {details['model']}"
+    if "model" in details and "path" in details:  # card
+        return f"card of {details['model']}: {details['path']}"
+    if "model" in details:  # register
         alias = f" ({details['alias']})" if details.get("alias") else ""
-        parts.append(f"model {details['model']}{alias}")
-    elif "run_id" in details:  # a train step
+        return f"model {details['model']}{alias}"
+    if "run_id" in details:  # train
         metrics = details.get("metrics") or {}
         shown = ", ".join(f"{k}={v:.3g}" for k, v in metrics.items() if k.startswith("test_"))
-        parts.append(f"run {details['run_id'][:12]}" + (f" ({shown})" if shown else ""))
-    return ", ".join(parts)
+        return f"run {details['run_id'][:12]}" + (f" ({shown})" if shown else "")
+    if "status" in details:  # monitor
+        values = _numbers({k: v for k, v in details.items() if k != "status"})
+        return f"monitor {details['status']}" + (f": {values}" if values else "")
+    return ""
 
 
 def _show_run(result: RunResult, title: str) -> None:
