@@ -57,6 +57,13 @@ def _show(dep: dict[str, Any], as_json: bool) -> None:
         emit(dep, True)
         return
     shown = {**dep, "created_at": when(dep["created_at"]), "updated_at": when(dep["updated_at"])}
+    if dep.get("status") == "pending":
+        # ``serving`` is what the servers last reported, i.e. the previous generation's models:
+        # printed right after a change it would contradict the change just made.
+        shown["serving"] = (
+            f"(generation {dep.get('generation')} pending: running servers load it within a "
+            "second; `aifab deployments list` shows what they serve)"
+        )
     emit(shown, False, title=f"deployment {dep['name']}")
 
 

@@ -236,3 +236,20 @@ def test_requests_shows_the_sampled_log(cli: Any) -> None:
     assert "key_abc" in table and "churn@1" in table
     r = cli("deployments", "requests", "--limit", "0")
     assert r.exit_code == 2 and "limit" in _one_error_line(r)
+
+
+def test_rollback_does_not_print_what_the_servers_served_before_it(
+    cli: Any, versions: dict[str, Any]
+) -> None:
+    from aifab.inference.deployments import get_deployment, report_status
+
+    second = f"churn@{versions['second']}"
+    cli("deploy", "churn@champion", "--name", "stale", "--canary", second)
+    dep = get_deployment("stale")
+    # A running server reports the primary and the canary it serves.
+    report_status("stale", dep["generation"], "ready", serving={"canary": "churn@9-served"})
+    r = cli("deployments", "rollback", "stale")
+    assert r.exit_code == 0, r.stderr
+    assert "churn@9-served" not in r.stdout  # the dropped canary is not shown as served
+    assert "pending" in r.stdout
+    cli("deployments", "delete", "stale")
