@@ -7,10 +7,13 @@ from __future__ import annotations
 
 import importlib
 
-from fastapi import APIRouter
+from fastapi import APIRouter, Response
+from fastapi.responses import RedirectResponse
 
 from aifab.web import signin, static_files
+from aifab.web.auth import UiError
 from aifab.web.nav import installed_sections
+from aifab.web.routing import UiRoute
 
 __all__ = ["router"]
 
@@ -19,3 +22,19 @@ router.include_router(static_files.router)
 router.include_router(signin.router)
 for _section in installed_sections():
     router.include_router(importlib.import_module(_section.module).router)
+
+# Last, so every real page matches first: a URL under /ui that is no page answers as a page (a
+# person typed it), and a section's menu label (/ui/knowledge for /ui/kb) leads to the section.
+_fallback = APIRouter(route_class=UiRoute, include_in_schema=False)
+
+
+@_fallback.get("/ui/{rest:path}")
+async def _not_a_page(rest: str) -> Response:
+    first, _, tail = rest.partition("/")
+    for section in installed_sections():
+        if section.label.lower() == first.lower() and section.path != f"/ui/{first}":
+            return RedirectResponse(section.path + (f"/{tail}" if tail else ""), status_code=307)
+    raise UiError(404, f"no dashboard page at /ui/{rest}")
+
+
+router.include_router(_fallback)

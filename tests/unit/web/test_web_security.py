@@ -127,3 +127,15 @@ def test_static_files_are_only_packaged_assets(client: TestClient, name: str) ->
     assert client.get(f"/ui/static/{name}").status_code == 404
     r = client.get("/ui/static/vendor/chart.umd.min.js")
     assert r.status_code == 200 and "immutable" in r.headers["cache-control"]
+
+
+def test_an_unknown_dashboard_url_is_a_page_and_a_menu_label_leads_to_its_section(
+    client: TestClient,
+) -> None:
+    _sign_in(client)
+    r = client.get("/ui/knowledge", follow_redirects=False)
+    assert r.status_code == 307 and r.headers["location"] == "/ui/kb"
+    r = client.get("/ui/no-such-page")
+    assert r.status_code == 404
+    assert r.headers["content-type"].startswith("text/html")
+    assert "no dashboard page at /ui/no-such-page" in r.text
