@@ -54,7 +54,15 @@ def register(app: typer.Typer) -> None:
         force: bool = typer.Option(False, "--force", help=_FORCE_HELP),
         as_json: bool = typer.Option(False, "--json", help=JSON_HELP),
     ) -> None:
-        """Run the quickstart pipeline in this workspace and show what it made."""
+        """Run the quickstart pipeline in this workspace and show what it made.
+
+        It ingests examples/quickstart's customers file, cleans, validates, labels, splits and
+        featurizes it, trains the churn classifier, registers it as churn@champion and deploys
+        it as `churn`, then prints a client key and a curl to try it. The pipeline is the one in
+        ./examples when this directory is a checkout, else the copy installed with aifab. Steps
+        whose inputs did not change are skipped, so running it again makes nothing new (only
+        new keys); --force runs every step.
+        """
         from aifab.pipeline import run_pipeline
 
         path = _quickstart()

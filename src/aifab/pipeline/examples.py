@@ -18,13 +18,18 @@ def examples_dir() -> Path:
     """The directory holding the example pipelines.
 
     Returns:
-        ``examples/`` beside ``src/`` in a source checkout (what its user sees and edits),
-        else ``aifab/examples`` inside an installed wheel.
+        ``examples/`` in the current directory when it is a checkout's (what its user sees and
+        edits, even when aifab was installed from a wheel), else ``examples/`` beside ``src/``
+        of the checkout aifab runs from, else ``aifab/examples`` inside an installed wheel.
 
     Raises:
         NotFoundError: neither exists (an install made from a bare copy of ``src/``).
     """
-    for candidate in (_PACKAGE.parents[1] / "examples", _PACKAGE / "examples"):
+    for candidate in (
+        Path.cwd() / "examples",
+        _PACKAGE.parents[1] / "examples",
+        _PACKAGE / "examples",
+    ):
         # A checkout's examples/ has quickstart/ in it; a stray examples/ beside site-packages
         # (parents[1] of an installed package is lib/pythonX.Y) does not.
         if (candidate / "quickstart" / "pipeline.yaml").is_file():

@@ -18,13 +18,14 @@ from sqlalchemy import select
 from aifab.core.audit import record_event
 from aifab.core.db import session_scope
 from aifab.core.errors import AifabError, InvalidInputError, NotFoundError
-from aifab.core.ids import digest, new_id
+from aifab.core.ids import new_id
 from aifab.data.catalog import resolve
 from aifab.pipeline.spec import (
     PipelineSpec,
     PreparedStep,
     StepContext,
     StepSpec,
+    cache_key,
     inputs_record,
     load_pipeline,
     outputs_record,
@@ -179,7 +180,7 @@ def _run_step(
     try:
         prepared: PreparedStep = STEPS.get(step.uses)(ctx, step.with_)
         result.inputs = inputs_record(step.with_, prepared)
-        result.cache_key = digest({"uses": step.uses, **result.inputs})
+        result.cache_key = cache_key(step.uses, result.inputs)
     except Exception as exc:  # noqa: BLE001 - any step error fails the run, recorded
         return _fail(run_id, ctx.pipeline, result, None, exc, started), exc
     cached = None if force or prepared.always_run else _cached(ctx.pipeline, result)

@@ -207,6 +207,20 @@ def inputs_record(params: Mapping[str, Any], prepared: PreparedStep) -> dict[str
     }
 
 
+def cache_key(uses: str, inputs: Mapping[str, Any]) -> str:
+    """A step's cache key: its inputs, with files known by content where their digest is.
+
+    A file's path is left out when its content is digested, so the same pipeline run from
+    another copy (the checkout's ``examples/`` and the installed wheel's) reuses the outputs
+    instead of retraining and moving aliases again.
+    """
+    files = [
+        {k: v for k, v in f.items() if k != "path"} if ("sha256" in f or "listing" in f) else f
+        for f in inputs.get("files", [])
+    ]
+    return digest({"uses": uses, **inputs, "files": files})
+
+
 def outputs_record(outputs: StepOutputs) -> dict[str, Any]:
     """The JSON stored as a step's outputs (and checked before reusing them)."""
     return {

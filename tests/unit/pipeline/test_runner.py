@@ -173,6 +173,17 @@ def test_second_run_skips_unchanged_steps_and_reuses_outputs(project: Path) -> N
     assert all(r.skipped and r.status == "skipped" for r in skipped)
 
 
+def test_the_same_pipeline_from_another_copy_skips_unchanged_steps(project: Path) -> None:
+    """`aifab run examples/...` then `aifab demo` (the installed copy) must not retrain."""
+    import shutil
+
+    run_pipeline(project)
+    copy = project.parent.parent / "installed-copy"
+    shutil.copytree(project.parent, copy)
+    again = run_pipeline(copy / "pipeline.yaml")
+    assert [s for _, s in _statuses(again)] == ["skipped"] * 3
+
+
 def test_changed_source_file_reruns_it_and_downstream(project: Path) -> None:
     run_pipeline(project)
     (project.parent / "data" / "people.csv").write_text("id,age\n1,30\n2,12\n3,45\n4,19\n")
