@@ -46,6 +46,7 @@ def register(app: typer.Typer) -> None:
                 "one: create one with `aifab keys create --role admin`",
                 err=True,
             )
+        _check_port_free(host, port)
         typer.echo(f"aifab serving on http://{host}:{port} (docs at /docs)", err=True)
         run(
             host,
@@ -56,3 +57,31 @@ def register(app: typer.Typer) -> None:
             access_log=access_log,
             workers=workers,
         )
+
+
+def _check_port_free(host: str, port: int) -> None:
+    """Refuse a port something already listens on, before saying "serving on" it.
+
+    Raises:
+        InvalidInputError: the address is taken (naming ``--port``) or cannot be bound.
+    """
+    import errno
+    import socket
+
+    from aifab.core.errors import InvalidInputError
+
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as probe:
+        # As uvicorn binds: SO_REUSEADDR lets a port in TIME_WAIT be reused, not a listening one.
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind((host, port))
+        except OSError as exc:
+            if exc.errno == errno.EADDRINUSE:
+                raise InvalidInputError(
+                    f"--port {port}: {host}:{port} is already in use (another `aifab serve`?); "
+                    "pass another --port"
+                ) from None
+            raise InvalidInputError(
+                f"--host {host}: cannot bind {host}:{port} ({exc.strerror})"
+            ) from None
