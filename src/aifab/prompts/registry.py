@@ -15,6 +15,7 @@ from aifab.core.audit import record_event
 from aifab.core.db import session_scope
 from aifab.core.errors import InvalidInputError, NotFoundError
 from aifab.core.ids import digest
+from aifab.core.names import is_full_match
 from aifab.prompts import template as tpl
 from aifab.prompts.tables import PromptAliasRow, PromptVersionRow, as_dict
 
@@ -27,12 +28,12 @@ __all__ = [
     "set_prompt_alias",
 ]
 
-_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
-_ALIAS = re.compile(r"^[A-Za-z][A-Za-z0-9_-]{0,63}$")
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
+_ALIAS = re.compile(r"[A-Za-z][A-Za-z0-9_-]{0,63}")
 
 
 def _check_name(name: str) -> str:
-    if not _NAME.match(name or ""):
+    if not is_full_match(_NAME, name):
         raise InvalidInputError(
             f"prompt name {name!r}: use letters, digits, '.', '_' or '-' (at most 100)"
         )
@@ -40,7 +41,7 @@ def _check_name(name: str) -> str:
 
 
 def _check_alias(alias: str) -> str:
-    if not _ALIAS.match(alias or "") or alias == "latest":
+    if not is_full_match(_ALIAS, alias) or alias == "latest":
         raise InvalidInputError(
             f"alias {alias!r}: start with a letter; letters, digits, '_' or '-' ('latest' is kept)"
         )

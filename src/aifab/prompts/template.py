@@ -12,13 +12,14 @@ from functools import lru_cache
 from typing import Any
 
 from aifab.core.errors import InvalidInputError
+from aifab.core.names import is_full_match
 
 __all__ = ["MAX_OUTPUT_CHARS", "MAX_TEMPLATE_CHARS", "check_variables", "render", "used_variables"]
 
 MAX_TEMPLATE_CHARS = 100_000
 #: A rendered prompt longer than this is refused (a loop cannot fill memory with it).
 MAX_OUTPUT_CHARS = 1_000_000
-_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,63}$")
+_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,63}")
 
 
 #: Largest exponent and repeated-sequence length a template may compute.
@@ -92,7 +93,7 @@ def check_variables(template: str, declared: Iterable[str] | None) -> list[str]:
         return used
     names = sorted(set(declared))
     for name in names:
-        if not _NAME.match(name):
+        if not is_full_match(_NAME, name):
             raise InvalidInputError(f"--var {name!r}: not a valid variable name")
     undeclared = [v for v in used if v not in names]
     if undeclared:
