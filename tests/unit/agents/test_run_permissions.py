@@ -27,6 +27,14 @@ def client() -> Iterator[TestClient]:
         yield c
 
 
+@pytest.fixture
+def stand_in() -> Iterator[StandInLLM]:
+    # Its own stand-in: the session one's request log is read by index in test_runs.py.
+    server = StandInLLM()
+    yield server
+    server.stop()
+
+
 def _secret(role: str) -> str:
     from aifab.serve.keys import create_key
 
@@ -34,7 +42,7 @@ def _secret(role: str) -> str:
 
 
 def test_a_client_key_gets_no_lake_reads_through_an_agent(
-    client: TestClient, stand_in_llm: StandInLLM
+    client: TestClient, stand_in: StandInLLM
 ) -> None:
     pending = get_workspace().lake / "pending" / "sensors"
     pending.mkdir(parents=True)
@@ -46,19 +54,19 @@ def test_a_client_key_gets_no_lake_reads_through_an_agent(
             return tool_call("sql", {"query": query})
         return answer("done")
 
-    stand_in_llm.scripts["lake-reader"] = script
+    stand_in.scripts["lake-reader"] = script
     create_agent(
         {
             "name": "lake-reader",
-            "model": {"model": "lake-reader", "base_url": stand_in_llm.base_url},
+            "model": {"model": "lake-reader", "base_url": stand_in.base_url},
             "tools": [{"use": "sql"}, {"use": "http_get", "options": {"allow_hosts": ["x.org"]}}],
         }
     )
-    start = len(stand_in_llm.requests)
+    start = len(stand_in.requests)
     headers = {"Authorization": f"Bearer {_secret('client')}"}
     r = client.post("/v1/agents/lake-reader/runs", json={"input": "list it"}, headers=headers)
     assert r.status_code == 200, r.text
-    offered = {t["function"]["name"] for t in stand_in_llm.requests[start].get("tools") or []}
+    offered = {t["function"]["name"] for t in stand_in.requests[start].get("tools") or []}
     assert offered == {"http_get"}  # sql needs `read`, as over MCP
     trace = json.dumps(get_trace(r.json()["id"]))
     assert "batch-secret" not in trace
