@@ -113,6 +113,11 @@ def _built(value: Any) -> Any:
 
 def _chars(value: Any, limit: int = MAX_VALUE_CHARS) -> int:
     """About how many characters ``str(value)`` has, counted up to just past ``limit``."""
+    kind = type(value)
+    if kind is str:  # the common case, first: this runs on the request path
+        return len(value)
+    if kind is float or kind is bool or value is None:
+        return 24
     total, stack = 0, [value]
     while stack and total <= limit:
         item = stack.pop()
@@ -281,7 +286,7 @@ def _guard_filter(name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
 
 def _finalize(value: Any) -> Any:
     """Each ``{{ ... }}`` value: one whose text would be too long is refused before ``str``."""
-    if not isinstance(value, str):
+    if type(value) is not str:
         _check_size(_chars(value), "an output value")
     return value
 

@@ -118,7 +118,9 @@ def _render_bounded(compiled: Any, values: dict[str, Any]) -> str:
     """Render piece by piece, stopping as soon as the output passes the size limit."""
     parts: list[str] = []
     size = 0
-    for piece in compiled.generate(**values):
+    # The compiled render function itself: ``generate`` adds a generator layer per piece only
+    # to rewrite tracebacks, which are not shown here.
+    for piece in compiled.root_render_func(compiled.new_context(values)):
         size += len(piece)
         if size > MAX_OUTPUT_CHARS:
             raise InvalidInputError(f"rendered prompt is over {MAX_OUTPUT_CHARS} characters")
@@ -129,7 +131,8 @@ def _render_bounded(compiled: Any, values: dict[str, Any]) -> str:
 def _compiled(template: str) -> Any:
     from jinja2 import TemplateSyntaxError
 
-    _parse(template)  # size and syntax errors before compiling
+    if len(template) > MAX_TEMPLATE_CHARS:
+        _parse(template)  # the size error, worded once
     try:
         return compile_template(template)
     except TemplateSyntaxError as exc:
