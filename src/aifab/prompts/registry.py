@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import collections
 import re
+import threading
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
+from contextlib import contextmanager
 from typing import Any
 
 from sqlalchemy import func, select
@@ -13,7 +16,7 @@ from sqlalchemy.orm import Session
 from aifab.core.actor import current_actor
 from aifab.core.audit import record_event
 from aifab.core.db import session_scope
-from aifab.core.errors import InvalidInputError, NotFoundError
+from aifab.core.errors import BudgetExceededError, InvalidInputError, NotFoundError
 from aifab.core.ids import digest
 from aifab.core.names import is_full_match
 from aifab.prompts import template as tpl
@@ -211,5 +214,30 @@ def render_prompt(ref: str, variables: Mapping[str, Any]) -> dict[str, Any]:
         InvalidInputError: missing or extra variables (named), or a template the sandbox refuses.
     """
     p = get_prompt(ref)
-    text = tpl.render(p["template"], p["variables"], variables)
+    with _render_slot(current_actor()):
+        text = tpl.render(p["template"], p["variables"], variables)
     return {"ref": p["ref"], "text": text}
+
+
+#: Renders one caller may have running at once: however slow its templates, a caller cannot
+#: hold all of the server's worker threads (each render also stops at its own limits).
+MAX_RENDERS_PER_CALLER = 2
+_running: collections.Counter[str] = collections.Counter()
+_running_lock = threading.Lock()
+
+
+@contextmanager
+def _render_slot(actor: str) -> Iterator[None]:
+    with _running_lock:
+        if _running[actor] >= MAX_RENDERS_PER_CALLER:
+            raise BudgetExceededError(
+                f"{MAX_RENDERS_PER_CALLER} renders of this caller are running; retry when one ends"
+            )
+        _running[actor] += 1
+    try:
+        yield
+    finally:
+        with _running_lock:
+            _running[actor] -= 1
+            if not _running[actor]:
+                del _running[actor]

@@ -42,10 +42,12 @@ __all__ = [
     "environment",
 ]
 
-#: Most loop iterations, calls, filters and joins one render may run.
-MAX_STEPS = 1_000_000
-#: Longest one render may take (wall clock), checked at every step.
-MAX_RENDER_S = 2.0
+#: Most loop iterations, calls, filters and joins one render may run (a few-shot prompt of
+#: 1,000 examples takes about 5,000; this many take ~50 ms).
+MAX_STEPS = 100_000
+#: Longest one render may take (wall clock), checked at every step; ordinary prompts take
+#: well under a millisecond.
+MAX_RENDER_S = 0.5
 #: Largest string or sequence one operation may build (the rendered output's limit too).
 MAX_VALUE_CHARS = 1_000_000
 #: Most characters (or items) all operations of one render may build together.

@@ -95,3 +95,19 @@ def test_http_hostile_renders_are_4xx(client: TestClient) -> None:
         r = client.post(f"/v1/prompts/{slug}/render", json={"variables": {}}, headers=cl)
         assert r.status_code == 422, r.text
         assert "refused by the sandbox" in r.json()["error"]["message"]
+
+
+def test_a_caller_has_at_most_two_renders_running() -> None:
+    from aifab.core.actor import acting_as
+    from aifab.core.errors import BudgetExceededError
+    from aifab.prompts import create_prompt, render_prompt
+    from aifab.prompts.registry import _render_slot
+
+    create_prompt("hi", "hello")
+    with acting_as("key:busy"):
+        with _render_slot("key:busy"), _render_slot("key:busy"):  # two still running
+            with pytest.raises(BudgetExceededError, match="renders of this caller"):
+                render_prompt("hi", {})
+            with acting_as("key:other"):
+                assert render_prompt("hi", {})["text"] == "hello"
+        assert render_prompt("hi", {})["text"] == "hello"
