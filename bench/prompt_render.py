@@ -110,7 +110,10 @@ def attack(seconds: float) -> None:
     for name, source in HOSTILE.items():
         create_prompt(name, source)
     victim = create_key("client", name="victim", rate=None, token_quota=None)[1]
-    attacker = create_key("client", name="attacker", rate=None, token_quota=None)[1]
+    # Seven attacking keys (one key may run two renders at once).
+    attackers = [
+        create_key("client", name=f"attacker{i}", rate=None, token_quota=None)[1] for i in range(7)
+    ]
     port = _free_port()
     entry = "import sys; from aifab.cli.main import main; sys.argv[0] = 'aifab'; main()"
     cmd = [sys.executable, "-c", entry, "serve", "--port", str(port), "--no-worker"]
@@ -125,7 +128,7 @@ def attack(seconds: float) -> None:
     stop = threading.Event()
     answers: dict[str, int] = {}
 
-    def attacker_loop(name: str) -> None:
+    def attacker_loop(name: str, attacker: str) -> None:
         while not stop.is_set():
             try:
                 r = httpx.post(
@@ -142,8 +145,8 @@ def attack(seconds: float) -> None:
     try:
         _victim(base, victim, 1.0)
         quiet = _victim(base, victim, seconds)
-        for name in ["loops", "macros"] * 3 + ["loops"]:
-            threading.Thread(target=attacker_loop, args=(name,), daemon=True).start()
+        for name, attacker in zip(["loops", "macros"] * 3 + ["loops"], attackers, strict=True):
+            threading.Thread(target=attacker_loop, args=(name, attacker), daemon=True).start()
         time.sleep(1.0)
         attacked = _victim(base, victim, seconds)
         started = time.monotonic()

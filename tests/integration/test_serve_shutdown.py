@@ -24,6 +24,18 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def _wait_ready(proc: subprocess.Popen[bytes], port: int) -> None:
+    deadline = time.monotonic() + 120
+    while True:
+        try:
+            if httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=2).status_code == 200:
+                return
+        except httpx.TransportError:
+            pass
+        assert proc.poll() is None and time.monotonic() < deadline, "server did not start"
+        time.sleep(0.2)
+
+
 def test_sigterm_stops_the_server_with_a_request_in_flight(workspace: Path) -> None:
     from aifab.serve.keys import create_key
 
@@ -33,15 +45,7 @@ def test_sigterm_stops_the_server_with_a_request_in_flight(workspace: Path) -> N
     cmd = [sys.executable, "-c", entry, "serve", "--port", str(port), "--no-worker"]
     proc = subprocess.Popen(cmd, env=os.environ.copy(), stderr=subprocess.PIPE)
     try:
-        deadline = time.monotonic() + 120
-        while True:
-            try:
-                if httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=2).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            assert proc.poll() is None and time.monotonic() < deadline, "server did not start"
-            time.sleep(0.2)
+        _wait_ready(proc, port)
         # A client that sends half its body and stalls: the request stays in flight.
         stalled = socket.create_connection(("127.0.0.1", port))
         stalled.sendall(
@@ -82,14 +86,18 @@ def test_sigterm_stops_the_server_while_renders_attack(workspace: Path) -> None:
         "{% macro f(n) %}{% if n %}{{ f(n - 1) }}{{ f(n - 1) }}{% endif %}{% endmacro %}"
         "{{ f(60) }}",
     )
-    _, secret = create_key("client", name="renderer", rate=None, token_quota=None)
+    # Seven clients (a caller may run two renders at once; more answer 429).
+    secrets = [
+        create_key("client", name=f"renderer{i}", rate=None, token_quota=None)[1] for i in range(7)
+    ]
+    names = ["loops", "macros"] * 3 + ["loops"]
     port = _free_port()
     entry = "import sys; from aifab.cli.main import main; sys.argv[0] = 'aifab'; main()"
     cmd = [sys.executable, "-c", entry, "serve", "--port", str(port), "--no-worker"]
     proc = subprocess.Popen(cmd, env=os.environ.copy(), stderr=subprocess.DEVNULL)
     base = f"http://127.0.0.1:{port}"
 
-    def attack(name: str) -> int:
+    def attack(name: str, secret: str) -> int:
         try:
             r = httpx.post(
                 f"{base}/v1/prompts/{name}/render",
@@ -102,20 +110,12 @@ def test_sigterm_stops_the_server_while_renders_attack(workspace: Path) -> None:
             return 0  # the server went away mid-request: what SIGTERM is for
 
     try:
-        deadline = time.monotonic() + 120
-        while True:
-            try:
-                if httpx.get(f"{base}/healthz", timeout=2).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            assert proc.poll() is None and time.monotonic() < deadline, "server did not start"
-            time.sleep(0.2)
+        _wait_ready(proc, port)
         with concurrent.futures.ThreadPoolExecutor(7) as pool:
-            answers = list(pool.map(attack, ["loops", "macros"] * 3 + ["loops"]))
+            answers = list(pool.map(attack, names, secrets))
         assert answers == [422] * 7  # each stopped at its limit, none a 500
-        for name in ["loops", "macros"] * 3 + ["loops"]:
-            threading.Thread(target=attack, args=(name,), daemon=True).start()
+        for name, secret in zip(names, secrets, strict=True):
+            threading.Thread(target=attack, args=(name, secret), daemon=True).start()
         time.sleep(0.5)
         proc.send_signal(signal.SIGTERM)
         try:
