@@ -92,3 +92,23 @@ def test_bad_or_revoked_key_is_one_line(workspace: Path) -> None:
     )
     assert done.returncode == 2
     assert done.stderr.strip() == "error: aifab mcp: the API key is invalid or revoked"
+
+
+def test_a_session_stops_answering_once_its_key_is_revoked(workspace: Path, lake: None) -> None:
+    """Issue 19, item 9: the session kept answering ``sql`` after its key was revoked."""
+    key, secret = create_key("viewer", name="revoked-mid-session", rate=None, token_quota=None)
+
+    async def session() -> list[Any]:
+        async with Client(_params(workspace, secret), read_timeout_seconds=60) as client:
+            before = await client.call_tool("sql", {"query": "SELECT count(*) AS n FROM sensors"})
+            revoke_key(key["id"])
+            after = [
+                await client.call_tool("sql", {"query": "SELECT count(*) AS n FROM sensors"}),
+                await client.call_tool("list_datasets", {}),
+            ]
+        return [before, *after]
+
+    before, sql_after, list_after = asyncio.run(session())
+    assert not before.is_error
+    for result in (sql_after, list_after):
+        assert result.is_error and "revoked" in result.content[0].text

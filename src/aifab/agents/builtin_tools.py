@@ -6,16 +6,13 @@ Each factory takes the tool's options from the agent's YAML and the run's
 
 from __future__ import annotations
 
-import concurrent.futures
-from collections.abc import Callable
-from typing import Any, TypeVar
+import threading
+from typing import Any
 
 from aifab.agents.tools import Tool, ToolContext, ToolError, tool_from_function
 from aifab.core.errors import AifabError, InvalidInputError
 
-__all__ = ["check_select", "kb_search_tool", "predict_tool", "sql_tool"]
-
-_T = TypeVar("_T")
+__all__ = ["MAX_RUNNING_QUERIES", "check_select", "kb_search_tool", "predict_tool", "sql_tool"]
 
 
 def check_select(sql: str) -> None:
@@ -38,15 +35,11 @@ def check_select(sql: str) -> None:
         raise ToolError(f"only SELECT is allowed, not {kind}")
 
 
-def _with_timeout(fn: Callable[[], _T], timeout_s: float, what: str) -> _T:
-    pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="aifab-tool")
-    try:
-        return pool.submit(fn).result(timeout=timeout_s)
-    except concurrent.futures.TimeoutError:
-        raise ToolError(f"{what} took longer than {timeout_s:g} s") from None
-    finally:
-        # A query past its time is abandoned, not awaited: the run must go on.
-        pool.shutdown(wait=False)
+#: SQL tool queries running at once in this process, across runs. A query the agent loop gave
+#: up on (its own tool timeout) still holds its slot until its own time limit stops it, so the
+#: work left behind by abandoned calls is bounded too.
+MAX_RUNNING_QUERIES = 4
+_RUNNING = threading.BoundedSemaphore(MAX_RUNNING_QUERIES)
 
 
 def sql_tool(options: dict[str, Any], ctx: ToolContext) -> Tool:
@@ -66,10 +59,15 @@ def sql_tool(options: dict[str, Any], ctx: ToolContext) -> Tool:
         from aifab.data import query as run_query
 
         check_select(query)
+        if not _RUNNING.acquire(timeout=1.0):
+            raise ToolError(f"{MAX_RUNNING_QUERIES} SQL queries are running; try again later")
         try:
-            table = _with_timeout(lambda: run_query(query, limit=max_rows + 1), timeout_s, "query")
+            # Stopped by DuckDB's interrupt at the limit: nothing keeps running afterwards.
+            table = run_query(query, limit=max_rows + 1, timeout_s=timeout_s)
         except AifabError as exc:
             raise ToolError(exc.message) from None
+        finally:
+            _RUNNING.release()
         rows = table.to_pylist()
         return {
             "columns": table.column_names,

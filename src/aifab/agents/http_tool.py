@@ -2,16 +2,22 @@
 
 Loopback, private, link-local and other non-public addresses are refused unless the agent's
 YAML allows them (``allow_private: true``): a model must not be able to reach the server's own
-network through a tool. Redirects are followed by hand so that each hop is checked again.
+network through a tool. A name is resolved once and the connection goes to the address that was
+checked (the name stays in ``Host`` and TLS SNI), so a DNS answer that changes between the check
+and the connection (rebinding) cannot reach loopback. IPv6 forms that embed an IPv4 address
+(mapped, compatible, 6to4, NAT64) are judged by that address; numeric hosts in non-canonical
+forms (``2130706433``, ``0177.0.0.1``, ``127.1``) are refused. Redirects are followed by hand so
+that each hop is checked again.
 """
 
 from __future__ import annotations
 
 import fnmatch
 import ipaddress
+import re
 import socket
 from typing import Any
-from urllib.parse import urljoin, urlsplit
+from urllib.parse import urljoin, urlsplit, urlunsplit
 
 from aifab.agents.tools import Tool, ToolContext, ToolError, tool_from_function
 from aifab.core.errors import InvalidInputError
@@ -25,12 +31,30 @@ def _host_allowed(host: str, patterns: list[str]) -> bool:
     return any(fnmatch.fnmatchcase(host, p.lower()) for p in patterns)
 
 
-def check_url(url: str, allow_hosts: list[str], allow_private: bool) -> None:
-    """Refuse a URL whose scheme, host or resolved addresses are not allowed.
+_NUMERIC_LABEL = re.compile(r"0x[0-9a-f]*|[0-9]+")
+_NAT64 = ipaddress.IPv6Network("64:ff9b::/96")
+_IPV4_COMPATIBLE = ipaddress.IPv6Network("::/96")
+
+
+def _is_public(addr: ipaddress.IPv4Address | ipaddress.IPv6Address) -> bool:
+    """Whether ``addr`` is a public unicast address, judging embedded IPv4 addresses too."""
+    if isinstance(addr, ipaddress.IPv6Address):
+        embedded = addr.ipv4_mapped or addr.sixtofour
+        if embedded is None and (addr in _NAT64 or addr in _IPV4_COMPATIBLE):
+            embedded = ipaddress.IPv4Address(int(addr) & 0xFFFFFFFF)
+        if embedded is not None:
+            return _is_public(embedded)
+        if addr.teredo is not None:
+            return False
+    return addr.is_global and not addr.is_multicast
+
+
+def check_url(url: str, allow_hosts: list[str], allow_private: bool) -> str:
+    """Check a URL and resolve its host once; returns the address to connect to.
 
     Raises:
-        ToolError: not http(s), host not on the allow-list, or an address that is not public
-            (unless ``allow_private``).
+        ToolError: not http(s), host not on the allow-list, a numeric host in a non-canonical
+            form, or an address that is not public (unless ``allow_private``).
     """
     parts = urlsplit(url)
     if parts.scheme not in ("http", "https") or not parts.hostname:
@@ -38,16 +62,36 @@ def check_url(url: str, allow_hosts: list[str], allow_private: bool) -> None:
     host = parts.hostname.lower()
     if not _host_allowed(host, allow_hosts):
         raise ToolError(f"host {host} is not on this agent's allow-list")
-    if allow_private:
-        return
+    if ":" not in host and all(_NUMERIC_LABEL.fullmatch(label) for label in host.split(".")):
+        try:
+            canonical = str(ipaddress.IPv4Address(host)) == host
+        except ValueError:
+            canonical = False
+        if not canonical:
+            raise ToolError(f"host {host}: a numeric address in a non-canonical form is refused")
     try:
         infos = socket.getaddrinfo(host, parts.port or 0, proto=socket.IPPROTO_TCP)
-    except OSError:
+    except (OSError, UnicodeError):
         raise ToolError(f"host {host} does not resolve") from None
-    for info in infos:
-        addr = ipaddress.ip_address(str(info[4][0]).split("%", 1)[0])
-        if not addr.is_global:
+    addrs = [ipaddress.ip_address(str(info[4][0]).split("%", 1)[0]) for info in infos]
+    if not addrs:
+        raise ToolError(f"host {host} does not resolve")
+    for addr in addrs:
+        if not allow_private and not _is_public(addr):
             raise ToolError(f"host {host} resolves to a non-public address ({addr}): refused")
+    return str(addrs[0])
+
+
+def _pinned(url: str, address: str) -> tuple[str, dict[str, str], dict[str, Any]]:
+    """``url`` aimed at ``address``, with the name kept for ``Host`` and TLS (SNI, checks)."""
+    parts = urlsplit(url)
+    host = parts.hostname or ""
+    ip = f"[{address}]" if ":" in address else address
+    netloc = f"{ip}:{parts.port}" if parts.port else ip
+    shown = f"[{host}]" if ":" in host else host
+    headers = {"Host": f"{shown}:{parts.port}" if parts.port else shown}
+    extensions = {"sni_hostname": host} if parts.scheme == "https" else {}
+    return urlunsplit(parts._replace(netloc=netloc)), headers, extensions
 
 
 def http_get_tool(options: dict[str, Any], ctx: ToolContext) -> Tool:
@@ -71,11 +115,15 @@ def http_get_tool(options: dict[str, Any], ctx: ToolContext) -> Tool:
         Args:
             url: the full http(s) URL.
         """
-        with httpx.Client(timeout=timeout_s, follow_redirects=False) as client:
+        # No proxies from the environment: the request must go to the address just checked.
+        with httpx.Client(timeout=timeout_s, follow_redirects=False, trust_env=False) as client:
             for _ in range(_MAX_REDIRECTS + 1):
-                check_url(url, hosts, allow_private)
+                address = check_url(url, hosts, allow_private)
+                target, headers, extensions = _pinned(url, address)
                 try:
-                    with client.stream("GET", url) as resp:
+                    with client.stream(
+                        "GET", target, headers=headers, extensions=extensions
+                    ) as resp:
                         if resp.is_redirect and "location" in resp.headers:
                             url = urljoin(url, resp.headers["location"])
                             continue

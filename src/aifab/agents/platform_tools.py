@@ -7,11 +7,11 @@ roles, limits and quotas apply there too).
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 from typing import Any
 
 from aifab.agents.builtin_tools import predict_tool, sql_tool
-from aifab.agents.tools import Tool, ToolContext, ToolError, tool_from_function
+from aifab.agents.tools import Tool, ToolContext, ToolError, may_use, tool_from_function
 
 __all__ = ["platform_tools"]
 
@@ -43,10 +43,11 @@ def _predict_any_tool(ctx: ToolContext) -> Tool:
 
 
 def platform_tools(ctx: ToolContext, permissions: Collection[str]) -> list[Tool]:
-    """The tools a caller with ``permissions`` may use."""
-    tools: list[Tool] = []
-    if "read" in permissions:
-        tools += [_list_datasets_tool(), sql_tool({}, ctx)]
-    if "invoke" in permissions:
-        tools.append(_predict_any_tool(ctx))
-    return tools
+    """The tools a caller with ``permissions`` may use (the rule of agent runs: ``may_use``)."""
+    allowed = frozenset(permissions)
+    candidates: list[tuple[str, Callable[[], Tool]]] = [
+        ("list_datasets", _list_datasets_tool),
+        ("sql", lambda: sql_tool({}, ctx)),
+        ("predict", lambda: _predict_any_tool(ctx)),
+    ]
+    return [build() for kind, build in candidates if may_use(kind, allowed)]

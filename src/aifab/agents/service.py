@@ -18,7 +18,7 @@ from aifab.agents.chat import ChatModel, OpenAIChat
 from aifab.agents.loop import Step, run_loop
 from aifab.agents.spec import AgentSpec
 from aifab.agents.tables import AgentRow, AgentRunRow, AgentStepRow
-from aifab.agents.tools import BUILTIN_TOOLS, Tool, ToolContext
+from aifab.agents.tools import BUILTIN_TOOLS, Tool, ToolContext, may_use
 from aifab.agents.trace_writer import trace_writer
 from aifab.core.actor import current_actor
 from aifab.core.audit import record_event
@@ -111,9 +111,15 @@ def delete_agent(name: str) -> None:
 
 
 def build_tools(spec: AgentSpec, ctx: ToolContext) -> dict[str, Tool]:
-    """The agent's tools, built from their YAML options for this run's context."""
+    """The agent's tools that the caller may use, built from their YAML options for this run.
+
+    A tool the caller's role may not use (:func:`~aifab.agents.tools.may_use`, the rule MCP
+    sessions follow) is not offered to the model.
+    """
     tools: dict[str, Tool] = {}
     for tool_spec in spec.tools:
+        if not may_use(tool_spec.use, ctx.permissions):
+            continue
         tool = BUILTIN_TOOLS.get(tool_spec.use)(tool_spec.options, ctx)
         tools[tool.name] = tool
     return tools

@@ -9,7 +9,25 @@ from pydantic import Field, field_validator
 from aifab.core.config import StrictConfig
 from aifab.core.names import NAME_RULE, SHORT_NAME, is_full_match
 
-__all__ = ["AgentSpec", "Budgets", "ModelEndpoint", "ToolSpec"]
+__all__ = ["MAX_OPTION_DEPTH", "AgentSpec", "Budgets", "ModelEndpoint", "ToolSpec"]
+
+#: Deepest nesting of lists and mappings in a tool's options (a tool needs two or three levels;
+#: hundreds would reach the serializer's recursion limit as a 500).
+MAX_OPTION_DEPTH = 16
+
+
+def _depth(value: Any) -> int:
+    """How deeply lists and mappings nest in ``value``, counted without recursion."""
+    deepest, stack = 0, [(value, 0)]
+    while stack:
+        item, level = stack.pop()
+        if isinstance(item, dict | list | tuple):
+            if level + 1 > MAX_OPTION_DEPTH:
+                return level + 1  # deep enough to refuse: no need to walk the rest
+            deepest = max(deepest, level + 1)
+            children = item.values() if isinstance(item, dict) else item
+            stack.extend((child, level + 1) for child in children)
+    return deepest
 
 
 class ModelEndpoint(StrictConfig):
@@ -40,6 +58,13 @@ class ToolSpec(StrictConfig):
 
     use: str = Field(description="Built-in tool: sql, predict, http_get or kb_search.")
     options: dict[str, Any] = Field(default_factory=dict, description="The tool's options.")
+
+    @field_validator("options")
+    @classmethod
+    def _shallow(cls, value: dict[str, Any]) -> dict[str, Any]:
+        if _depth(value) > MAX_OPTION_DEPTH:
+            raise ValueError(f"options are nested more than {MAX_OPTION_DEPTH} levels deep")
+        return value
 
 
 class Budgets(StrictConfig):

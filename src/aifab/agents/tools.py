@@ -21,10 +21,12 @@ from aifab.core.registry import Registry
 
 __all__ = [
     "BUILTIN_TOOLS",
+    "TOOL_PERMISSIONS",
     "Tool",
     "ToolContext",
     "ToolError",
     "check_arguments",
+    "may_use",
     "tool_from_function",
 ]
 
@@ -65,6 +67,9 @@ class ToolContext:
     gateway_url: str | None = None
     #: The caller's API key, so gateway calls carry the caller's role and limits.
     api_key: str | None = field(default=None, repr=False)
+    #: What the caller's role may do (``read``, ``invoke``...); None: a local run by the
+    #: workspace's operator (CLI, pipeline step), who may use every tool.
+    permissions: frozenset[str] | None = None
 
 
 #: Built-in tools by name; each entry is a factory taking the tool's YAML options and the run's
@@ -78,6 +83,30 @@ BUILTIN_TOOLS = Registry(
         "kb_search": "aifab.agents.builtin_tools:kb_search_tool",
     },
 )
+
+
+#: The permission a caller needs for each tool kind. One rule for agent runs on the gateway and
+#: for MCP sessions: a tool reading the lake needs ``read``; one acting for the caller ``invoke``.
+TOOL_PERMISSIONS: dict[str, str] = {
+    "sql": "read",
+    "kb_search": "read",
+    "list_datasets": "read",
+    "predict": "invoke",
+    "http_get": "invoke",
+}
+
+
+def may_use(kind: str, permissions: frozenset[str] | None) -> bool:
+    """Whether a caller with ``permissions`` may use a tool of ``kind`` (an unknown kind: no).
+
+    Args:
+        kind: the built-in tool's kind (``use`` in the agent's YAML, or an MCP tool's name).
+        permissions: the caller role's permissions; None for the workspace's operator.
+    """
+    if permissions is None:
+        return True
+    needed = TOOL_PERMISSIONS.get(kind)
+    return needed is not None and needed in permissions
 
 
 def _json_type(hint: Any) -> dict[str, Any]:

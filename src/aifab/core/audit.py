@@ -38,6 +38,8 @@ GENESIS = "0" * 64
 _LAST_CHAR = "\U0010ffff"
 #: Append an anchor whenever the chain length is a multiple of this.
 ANCHOR_EVERY = 100
+#: The rows of ``audit_head``: the head, and the record of the chain's keying.
+HEAD, KEYING = 1, 2
 
 
 class AuditEvent(Base):
@@ -61,7 +63,13 @@ class AuditEvent(Base):
 
 
 class AuditHead(Base):
-    """The chain's head (count and last hash), so deleting the newest rows is detected too."""
+    """The chain's head (count and last hash), so deleting the newest rows is detected too.
+
+    Row :data:`HEAD` is the head. Row :data:`KEYING` records that the chain was keyed: ``count``
+    is how many unkeyed events precede the keyed ones and ``hash`` the key's fingerprint (a MAC,
+    which tells nothing of the key), so a workspace whose key file goes missing, or whose events
+    are wiped, does not verify as a fresh one.
+    """
 
     __tablename__ = "audit_head"
 
@@ -78,6 +86,31 @@ def _event_hash(
     if key is None:
         return hashlib.sha256(payload).hexdigest()
     return hmac.new(key.secret, payload, hashlib.sha256).hexdigest()
+
+
+def _fingerprint(key: AuditKey) -> str:
+    """What identifies ``key`` without revealing it: a MAC of a fixed label."""
+    return hmac.new(key.secret, b"aifab audit key fingerprint", hashlib.sha256).hexdigest()
+
+
+def _check_keying(session: Session, key: AuditKey | None, events: int) -> list[str]:
+    """A keyed chain needs its key, and keeps at least one keyed event."""
+    keying = session.get(AuditHead, KEYING)
+    if keying is None:
+        return []
+    problems = []
+    if key is None:
+        problems.append(
+            f"the log was keyed from event #{keying.count + 1} on but its audit key is missing "
+            "(audit.key deleted or AIFAB_AUDIT_KEY unset)"
+        )
+    elif not hmac.compare_digest(keying.hash, _fingerprint(key)):
+        problems.append("the audit key is not the one the log was keyed with")
+    if events <= keying.count:
+        problems.append(
+            f"the log was keyed after event #{keying.count} but holds {events} events (wiped)"
+        )
+    return problems
 
 
 def _unkeyed_prefix(session: Session) -> int:
@@ -99,7 +132,7 @@ def write_anchor(path: Path | None = None) -> dict[str, Any]:
         The anchor written (``count``, ``hash``, ``unkeyed``, ``ts``, ``mac``).
     """
     with session_scope() as s:
-        head = s.get(AuditHead, 1)
+        head = s.get(AuditHead, HEAD)
         count, head_hash = (head.count, head.hash) if head else (0, GENESIS)
         key = load_key(create_with_unkeyed=count)
         assert key is not None
@@ -129,7 +162,7 @@ def record_event(
         obj: what was acted on, e.g. ``dataset:iris@3``.
         params: the call's parameters; only their digest is stored.
     """
-    head = session.get(AuditHead, 1)
+    head = session.get(AuditHead, HEAD)
     prev = head.hash if head else GENESIS
     key = load_key(create_with_unkeyed=head.count if head else 0)
     ts = time.time()
@@ -145,8 +178,11 @@ def record_event(
         hash=_event_hash(key, prev, ts, actor, action, obj, pd),
     )
     session.add(ev)
+    if key is not None and session.get(AuditHead, KEYING) is None:
+        unkeyed = key.unkeyed if key.unkeyed is not None else (head.count if head else 0)
+        session.add(AuditHead(id=KEYING, count=unkeyed, hash=_fingerprint(key)))
     if head is None:
-        head = AuditHead(id=1, count=1, hash=ev.hash)
+        head = AuditHead(id=HEAD, count=1, hash=ev.hash)
         session.add(head)
     else:
         head.count += 1
@@ -214,9 +250,11 @@ def _check_anchors(
                 f"anchor of {n} events ({a['hash'][:12]}) no longer matches the chain of "
                 f"{len(hashes)} events (events deleted or rewritten)"
             )
-    if not found and keyed_events:
+    if not found and (keyed_events or (key is not None and key.unkeyed is not None)):
+        # A key file is only made with an anchor following: without one, it was removed.
         names = ", ".join(p.name for p in paths)
-        problems.append(f"no anchor found in {names} (anchor file removed or emptied)")
+        wiped = "" if hashes else "; the log is empty: wiped, not new"
+        problems.append(f"no anchor found in {names} (anchor file removed or emptied{wiped})")
     newest = max(found, key=lambda a: a["count"]) if found else None
     return (int(newest["unkeyed"]) if newest else None), problems
 
@@ -242,7 +280,8 @@ def verify_chain(session: Session, anchors: Path | None = None) -> ChainReport:
     for position, ev in enumerate(events, start=1):
         problems += _check_event(ev, key, position, unkeyed or 0, prev)
         prev = ev.hash
-    head = session.get(AuditHead, 1)
+    problems += _check_keying(session, key, len(events))
+    head = session.get(AuditHead, HEAD)
     n = len(events)
     if head is None and n:
         problems.append("audit head missing")

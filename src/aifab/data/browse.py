@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import threading
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -65,28 +66,56 @@ def _bind_datasets(con: duckdb.DuckDBPyConnection, sql: str) -> None:
         con.execute(f"CREATE VIEW {lake.sql_ident(ref)} AS SELECT * FROM {resolve(ref).scan_sql()}")
 
 
-def query(sql: str, limit: int | None = None) -> pa.Table:
+def query(sql: str, limit: int | None = None, *, timeout_s: float | None = None) -> pa.Table:
     """Run read-only SQL over datasets: ``SELECT * FROM iris`` or ``FROM "iris@2"``.
 
     Only a single SELECT (or WITH/FROM/VALUES) statement is run, on a sandboxed connection: no
     COPY, EXPORT, ATTACH, SET or second statement, and no files outside the lake.
 
+    Args:
+        sql: the statement.
+        limit: at most this many rows.
+        timeout_s: stop the query (DuckDB's interrupt, not abandon it) after this long.
+
     Raises:
-        InvalidInputError: the SQL does not parse or bind, or is not one SELECT statement (the
-            message says why, no traceback).
+        InvalidInputError: the SQL does not parse or bind, is not one SELECT statement, or was
+            stopped at ``timeout_s`` (the message says why, no traceback).
     """
     check_select(sql, "")
     con = lake.connect(sandboxed=True)
-    _bind_datasets(con, sql)
+    done = threading.Event()
+    if timeout_s is not None:
+        threading.Thread(
+            target=_interrupt_at, args=(con, timeout_s, done), name="aifab-sql-watch", daemon=True
+        ).start()
     try:
+        _bind_datasets(con, sql)
         rel = con.sql(sql)
         if rel is None:
             raise InvalidInputError("query must be a SELECT that returns rows")
         if limit is not None:
             rel = rel.limit(limit)
         return rel.to_arrow_table()
+    except duckdb.InterruptException:
+        raise InvalidInputError(f"query stopped at its time limit ({timeout_s:g} s)") from None
     except duckdb.Error as exc:
         raise InvalidInputError(f"SQL error: {first_line(exc)}") from None
+    finally:
+        done.set()
+        con.close()
+
+
+def _interrupt_at(con: duckdb.DuckDBPyConnection, timeout_s: float, done: threading.Event) -> None:
+    """Interrupt ``con`` at ``timeout_s``, and again until the query has ended.
+
+    Repeated because an interrupt that lands between two statements (binding the datasets,
+    then the query) is lost.
+    """
+    if done.wait(timeout_s):
+        return
+    while not done.is_set():
+        con.interrupt()
+        done.wait(0.05)
 
 
 def diff(a: str, b: str) -> dict[str, Any]:

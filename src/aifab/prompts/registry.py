@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import collections
 import re
+import threading
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
+from contextlib import contextmanager
 from typing import Any
 
 from sqlalchemy import func, select
@@ -13,8 +16,9 @@ from sqlalchemy.orm import Session
 from aifab.core.actor import current_actor
 from aifab.core.audit import record_event
 from aifab.core.db import session_scope
-from aifab.core.errors import InvalidInputError, NotFoundError
+from aifab.core.errors import BudgetExceededError, InvalidInputError, NotFoundError
 from aifab.core.ids import digest
+from aifab.core.names import is_full_match
 from aifab.prompts import template as tpl
 from aifab.prompts.tables import PromptAliasRow, PromptVersionRow, as_dict
 
@@ -27,12 +31,12 @@ __all__ = [
     "set_prompt_alias",
 ]
 
-_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
-_ALIAS = re.compile(r"^[A-Za-z][A-Za-z0-9_-]{0,63}$")
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
+_ALIAS = re.compile(r"[A-Za-z][A-Za-z0-9_-]{0,63}")
 
 
 def _check_name(name: str) -> str:
-    if not _NAME.match(name or ""):
+    if not is_full_match(_NAME, name):
         raise InvalidInputError(
             f"prompt name {name!r}: use letters, digits, '.', '_' or '-' (at most 100)"
         )
@@ -40,7 +44,7 @@ def _check_name(name: str) -> str:
 
 
 def _check_alias(alias: str) -> str:
-    if not _ALIAS.match(alias or "") or alias == "latest":
+    if not is_full_match(_ALIAS, alias) or alias == "latest":
         raise InvalidInputError(
             f"alias {alias!r}: start with a letter; letters, digits, '_' or '-' ('latest' is kept)"
         )
@@ -210,5 +214,30 @@ def render_prompt(ref: str, variables: Mapping[str, Any]) -> dict[str, Any]:
         InvalidInputError: missing or extra variables (named), or a template the sandbox refuses.
     """
     p = get_prompt(ref)
-    text = tpl.render(p["template"], p["variables"], variables)
+    with _render_slot(current_actor()):
+        text = tpl.render(p["template"], p["variables"], variables)
     return {"ref": p["ref"], "text": text}
+
+
+#: Renders one caller may have running at once: however slow its templates, a caller cannot
+#: hold all of the server's worker threads (each render also stops at its own limits).
+MAX_RENDERS_PER_CALLER = 2
+_running: collections.Counter[str] = collections.Counter()
+_running_lock = threading.Lock()
+
+
+@contextmanager
+def _render_slot(actor: str) -> Iterator[None]:
+    with _running_lock:
+        if _running[actor] >= MAX_RENDERS_PER_CALLER:
+            raise BudgetExceededError(
+                f"{MAX_RENDERS_PER_CALLER} renders of this caller are running; retry when one ends"
+            )
+        _running[actor] += 1
+    try:
+        yield
+    finally:
+        with _running_lock:
+            _running[actor] -= 1
+            if not _running[actor]:
+                del _running[actor]

@@ -1,60 +1,32 @@
 """Sandboxed Jinja2 templates: parse, find the variables they use, render with checked variables.
 
 Pure functions over strings. The sandbox refuses attribute access to Python internals
-(``__class__``, ``__globals__`` ...) and unsafe calls, so a stored template cannot run code.
+(``__class__``, ``__globals__`` ...) and unsafe calls, so a stored template cannot run code, and
+every render is bounded in steps, time, size and depth (:mod:`aifab.prompts.sandbox`).
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Mapping
-from functools import lru_cache
 from typing import Any
 
 from aifab.core.errors import InvalidInputError
+from aifab.core.names import is_full_match
+from aifab.prompts.sandbox import (
+    MAX_VALUE_CHARS,
+    RenderLimitError,
+    bounded,
+    compile_template,
+    environment,
+)
 
 __all__ = ["MAX_OUTPUT_CHARS", "MAX_TEMPLATE_CHARS", "check_variables", "render", "used_variables"]
 
 MAX_TEMPLATE_CHARS = 100_000
 #: A rendered prompt longer than this is refused (a loop cannot fill memory with it).
-MAX_OUTPUT_CHARS = 1_000_000
-_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,63}$")
-
-
-#: Largest exponent and repeated-sequence length a template may compute.
-MAX_POWER = 1024
-MAX_REPEAT_CHARS = 100_000
-
-
-def _bounded_binop(op: str, left: Any, right: Any) -> Any:
-    """``**`` and ``*`` with bounds, so ``9 ** 9 ** 9`` or ``'x' * 10**10`` cannot stall."""
-    from jinja2.sandbox import SecurityError
-
-    if op == "**" and isinstance(right, int | float) and abs(right) > MAX_POWER:
-        raise SecurityError(f"exponent {right} is over {MAX_POWER}")
-    if op == "*":
-        seq, times = (left, right) if isinstance(right, int) else (right, left)
-        too_long = isinstance(seq, str | list | tuple) and isinstance(times, int)
-        if too_long and len(seq) * times > MAX_REPEAT_CHARS:
-            raise SecurityError(f"repeating a sequence to over {MAX_REPEAT_CHARS} items")
-    return left**right if op == "**" else left * right
-
-
-@lru_cache(maxsize=1)
-def _env() -> Any:
-    from jinja2 import StrictUndefined
-    from jinja2.sandbox import ImmutableSandboxedEnvironment
-
-    class Env(ImmutableSandboxedEnvironment):
-        intercepted_binops = frozenset({"**", "*"})
-
-        def call_binop(self, context: Any, operator: str, left: Any, right: Any) -> Any:
-            if operator in self.intercepted_binops:
-                return _bounded_binop(operator, left, right)
-            return super().call_binop(context, operator, left, right)
-
-    # Immutable: templates may not even call list.append / dict.update on the variables.
-    return Env(undefined=StrictUndefined, autoescape=False, keep_trailing_newline=True)
+MAX_OUTPUT_CHARS = MAX_VALUE_CHARS
+_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,63}")
 
 
 def _parse(template: str) -> Any:
@@ -65,7 +37,7 @@ def _parse(template: str) -> Any:
             f"template: {len(template)} characters is over the limit of {MAX_TEMPLATE_CHARS}"
         )
     try:
-        return _env().parse(template)
+        return environment().parse(template)
     except TemplateSyntaxError as exc:
         raise InvalidInputError(f"template: line {exc.lineno}: {exc.message}") from None
 
@@ -92,7 +64,7 @@ def check_variables(template: str, declared: Iterable[str] | None) -> list[str]:
         return used
     names = sorted(set(declared))
     for name in names:
-        if not _NAME.match(name):
+        if not is_full_match(_NAME, name):
             raise InvalidInputError(f"--var {name!r}: not a valid variable name")
     undeclared = [v for v in used if v not in names]
     if undeclared:
@@ -122,10 +94,15 @@ def render(template: str, declared: Iterable[str], values: Mapping[str, Any]) ->
         raise InvalidInputError(
             f"unknown variable(s): {', '.join(extra)} (declared: {', '.join(sorted(names))})"
         )
+    compiled = _compiled(template)
     try:
-        out = _render_bounded(_env().from_string(_parse_source(template)), dict(values))
-    except SecurityError as exc:
+        with bounded():
+            out = _render_bounded(compiled, dict(values))
+    except (SecurityError, RenderLimitError) as exc:
         raise InvalidInputError(f"template: refused by the sandbox: {exc}") from None
+    except RecursionError:
+        # Python's own stack limit, reached before the call depth limit by deep expressions.
+        raise InvalidInputError("template: refused by the sandbox: nested too deeply") from None
     except UndefinedError as exc:
         raise InvalidInputError(f"template: {exc.message}") from None
     except TemplateError as exc:
@@ -141,7 +118,9 @@ def _render_bounded(compiled: Any, values: dict[str, Any]) -> str:
     """Render piece by piece, stopping as soon as the output passes the size limit."""
     parts: list[str] = []
     size = 0
-    for piece in compiled.generate(**values):
+    # The compiled render function itself: ``generate`` adds a generator layer per piece only
+    # to rewrite tracebacks, which are not shown here.
+    for piece in compiled.root_render_func(compiled.new_context(values)):
         size += len(piece)
         if size > MAX_OUTPUT_CHARS:
             raise InvalidInputError(f"rendered prompt is over {MAX_OUTPUT_CHARS} characters")
@@ -149,6 +128,12 @@ def _render_bounded(compiled: Any, values: dict[str, Any]) -> str:
     return "".join(parts)
 
 
-def _parse_source(template: str) -> str:
-    _parse(template)  # size and syntax errors before compiling
-    return template
+def _compiled(template: str) -> Any:
+    from jinja2 import TemplateSyntaxError
+
+    if len(template) > MAX_TEMPLATE_CHARS:
+        _parse(template)  # the size error, worded once
+    try:
+        return compile_template(template)
+    except TemplateSyntaxError as exc:
+        raise InvalidInputError(f"template: line {exc.lineno}: {exc.message}") from None

@@ -13,20 +13,29 @@ from typing import Any
 
 from aifab.agents import Tool, ToolContext, ToolError
 from aifab.agents.platform_tools import platform_tools
+from aifab.agents.tools import may_use
 from aifab.core.actor import acting_as
 from aifab.core.errors import AifabError, InvalidInputError
-from aifab.serve.keys import PERMISSIONS, authenticate
+from aifab.serve.keys import PERMISSIONS, authenticate, key_info
 
 __all__ = ["build_mcp_server", "serve_stdio"]
 
 
-def _traced(tool: Tool, actor: str) -> Any:
-    """The tool's function, run as the caller (audit events name the key)."""
+def _traced(tool: Tool, key_id: str) -> Any:
+    """The tool's function, run as the caller (audit events name the key).
+
+    The key is read again on every call: a session outlives its key's revocation otherwise.
+    """
     from mcp.server.mcpserver.exceptions import ToolError as McpToolError
 
     @functools.wraps(tool.fn)
     def call(**kwargs: Any) -> Any:
-        with acting_as(actor):
+        key = key_info(key_id)
+        if key is None:
+            raise McpToolError("the API key of this session was revoked")
+        if not may_use(tool.name, PERMISSIONS.get(key.role, frozenset())):
+            raise McpToolError(f"the key's role ({key.role}) may not use {tool.name}")
+        with acting_as(f"key:{key_id}"):
             try:
                 return tool.fn(**kwargs)
             except (ToolError, AifabError) as exc:
@@ -61,9 +70,7 @@ def build_mcp_server(secret: str | None, gateway_url: str | None = None) -> Any:
         instructions="aifab's lake and models: list datasets, query them read-only, predict.",
     )
     for tool in platform_tools(ctx, PERMISSIONS.get(key.role, frozenset())):
-        server.add_tool(
-            _traced(tool, f"key:{key.id}"), name=tool.name, description=tool.description
-        )
+        server.add_tool(_traced(tool, key.id), name=tool.name, description=tool.description)
     return server
 
 

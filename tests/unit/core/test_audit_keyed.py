@@ -44,7 +44,7 @@ def _rehash_all() -> None:
         h = _unkeyed(prev, ts, actor, action, obj, pd)
         _sql("UPDATE audit_events SET prev_hash=:p, hash=:h WHERE id=:i", p=prev, h=h, i=id_)
         prev = h
-    _sql("UPDATE audit_head SET count=:c, hash=:h", c=len(rows), h=prev)
+    _sql("UPDATE audit_head SET count=:c, hash=:h WHERE id = 1", c=len(rows), h=prev)
 
 
 def test_rehashed_chain_after_an_edit_is_detected(cli) -> None:
@@ -67,7 +67,7 @@ def test_deleted_tail_with_updated_head_is_detected_by_the_anchor(cli) -> None:
     last = _sql("SELECT id, prev_hash FROM audit_events ORDER BY id DESC LIMIT 2")
     # Delete the two newest events (one anchored) and point the head at what is left.
     _sql("DELETE FROM audit_events WHERE id >= :i", i=last[1][0])
-    _sql("UPDATE audit_head SET count=2, hash=:h", h=last[1][1])
+    _sql("UPDATE audit_head SET count=2, hash=:h WHERE id = 1", h=last[1][1])
     report = verify_audit()
     assert not report.ok
     assert any("anchor" in p and "3" in p for p in report.problems), report.problems
@@ -80,11 +80,11 @@ def test_anchors_are_written_every_n_events(monkeypatch: pytest.MonkeyPatch) -> 
     assert counts == [1, 5, 10]
     last = _sql("SELECT id, prev_hash FROM audit_events ORDER BY id DESC LIMIT 2")
     _sql("DELETE FROM audit_events WHERE id = :i", i=last[0][0])
-    _sql("UPDATE audit_head SET count=10, hash=:h", h=last[0][1])
+    _sql("UPDATE audit_head SET count=10, hash=:h WHERE id = 1", h=last[0][1])
     # The newest anchor (10 events) still holds: a tail after it is not detectable.
     assert verify_audit().ok
     _sql("DELETE FROM audit_events WHERE id = :i", i=last[1][0])
-    _sql("UPDATE audit_head SET count=9, hash=:h", h=last[1][1])
+    _sql("UPDATE audit_head SET count=9, hash=:h WHERE id = 1", h=last[1][1])
     assert not verify_audit().ok
 
 
@@ -147,7 +147,7 @@ def test_exported_anchor_catches_a_truncated_anchor_file(cli, tmp_path: Path) ->
     # Rewind: drop the newest event, fix the head, and drop the anchor written for it.
     last = _sql("SELECT id, prev_hash FROM audit_events ORDER BY id DESC LIMIT 1")
     _sql("DELETE FROM audit_events WHERE id = :i", i=last[0][0])
-    _sql("UPDATE audit_head SET count=2, hash=:h", h=last[0][1])
+    _sql("UPDATE audit_head SET count=2, hash=:h WHERE id = 1", h=last[0][1])
     path = audit.anchor_path()
     path.write_text(path.read_text().splitlines()[0] + "\n")
     assert verify_audit().ok  # the workspace's anchors were rewound too

@@ -27,3 +27,18 @@ def test_ops_and_rag_names_refuse_a_trailing_newline() -> None:
         # The name itself is refused (not a later check of the spec or the source).
         with pytest.raises(InvalidInputError, match=re.escape(repr(name))):
             call()
+
+
+def test_prompt_names_aliases_and_variables_refuse_a_trailing_newline() -> None:
+    """Issue 19, item 11: ``nl\\n`` was created (201) and then unreachable."""
+    from aifab.prompts import create_prompt, set_prompt_alias
+
+    with pytest.raises(InvalidInputError, match=re.escape(repr("nl\n"))):
+        create_prompt("nl\n", "hello")
+    with pytest.raises(InvalidInputError, match=re.escape(repr("prod\n"))):
+        create_prompt("nl", "hello", alias="prod\n")
+    create_prompt("nl", "hello")
+    with pytest.raises(InvalidInputError, match=re.escape(repr("prod\n"))):
+        set_prompt_alias("nl", "prod\n", 1)
+    with pytest.raises(InvalidInputError, match="not a valid variable name"):
+        create_prompt("nl", "{{ x }}", variables=["x", "y\n"])

@@ -17,6 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from aifab import agents as svc
 from aifab.serve.auth import Principal, require
+from aifab.serve.keys import PERMISSIONS
 
 router = APIRouter(prefix="/v1/agents", tags=["agents"])
 
@@ -37,8 +38,13 @@ def _caller_secret(request: Request) -> str | None:
     return request.headers.get("x-api-key")
 
 
-def _context(request: Request) -> svc.ToolContext:
-    return svc.ToolContext(gateway_url=str(request.base_url), api_key=_caller_secret(request))
+def _context(request: Request, principal: Principal) -> svc.ToolContext:
+    # The run's tools follow the caller's role (the rule MCP sessions follow too).
+    return svc.ToolContext(
+        gateway_url=str(request.base_url),
+        api_key=_caller_secret(request),
+        permissions=PERMISSIONS.get(principal.role, frozenset()),
+    )
 
 
 @router.get("/runs")
@@ -95,7 +101,7 @@ async def run_agent(
 ) -> dict[str, Any] | StreamingResponse:
     """Run an agent; with ``stream: true`` each step is an SSE event, then the run."""
     await asyncio.to_thread(svc.get_agent, name)  # a 404 before any stream starts
-    ctx = _context(request)
+    ctx = _context(request, principal)
     if not body.stream:
         return await principal.call(svc.run_agent, name, body.input, ctx=ctx)
     return StreamingResponse(
