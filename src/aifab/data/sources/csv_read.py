@@ -29,6 +29,8 @@ from aifab.data.sources.staged import Staged
 
 _SHOWN_LINES = 10
 _MAX_PASSES = 12
+#: Columns from which a copy runs without the common-subexpression optimizer (see _wide_copy).
+_WIDE_COLUMNS = 200
 
 
 @dataclass
@@ -200,6 +202,27 @@ def _next_plan(
     return plan.but(widened={**plan.widened, **dict.fromkeys(cast, "VARCHAR")})
 
 
+def _wide_copy(
+    con: duckdb.DuckDBPyConnection,
+    copy: Callable[[str], None],
+    sql: str,
+    types: list[tuple[str, str]],
+) -> None:
+    """Run ``copy(sql)``; on wide tables without DuckDB's common-subexpression pass.
+
+    That pass costs time quadratic in the expressions of a query (a checked expression per
+    column: 2,000 columns took 14 s with it, 3 s without), and finds nothing to share here.
+    """
+    if len(types) <= _WIDE_COLUMNS:
+        copy(sql)
+        return
+    con.execute("SET disabled_optimizers = 'common_subexpressions'")
+    try:
+        copy(sql)
+    finally:
+        con.execute("RESET disabled_optimizers")
+
+
 def _read(
     con: duckdb.DuckDBPyConnection,
     path: Path,
@@ -214,7 +237,7 @@ def _read(
         checked_expr(i, n, t, opts, plan.as_text(n, t)) for i, (n, t) in enumerate(types)
     )
     try:
-        copy(f"SELECT {exprs} FROM {_plan_args(path, opts, plan, table)}")
+        _wide_copy(con, copy, f"SELECT {exprs} FROM {_plan_args(path, opts, plan, table)}", types)
     except duckdb.Error as exc:
         found = WIDEN_MARK.search(str(exc))
         if found is None:
