@@ -114,6 +114,20 @@ def test_explicit_encoding_is_a_fallback_not_an_override(tmp_path: Path) -> None
     assert "Ærø" in text["d.html"]
 
 
+# 6. a key/value preamble with a multi-line quoted field, then a table with quoted commas
+
+
+def test_preamble_with_a_multiline_field_before_a_padded_table(tmp_path: Path) -> None:
+    pre = 'Report,Sales,,\nNotes,"line one\nline two",,\n,,,\n'
+    table = "id,name,value\n" + "".join(f'{i},"n, {i}",{i * 1.5}\n' for i in range(58))
+    r = ingest("pre", write(tmp_path / "p.csv", pre + table))
+    # Every record is kept: 3 preamble records, the table's header line and its 58 rows.
+    assert (r.rows, r.rejected) == (62, 0)
+    got = rows("pre")
+    assert got[1][:2] == ("Notes", "line one\nline two")
+    assert got[-1][:3] == ("57", "n, 57", "85.5")
+
+
 # 7. stray opening quotes past the sniffing sample: no row may vanish into a quoted field
 
 

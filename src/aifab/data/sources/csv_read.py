@@ -29,6 +29,7 @@ from aifab.data.sources.staged import Staged
 
 _SHOWN_LINES = 10
 _MAX_PASSES = 12
+_SERIAL_ONLY = "parallel scanner does not support null_padding"
 #: Columns from which a copy runs without the common-subexpression optimizer (see _wide_copy).
 _WIDE_COLUMNS = 200
 
@@ -45,6 +46,8 @@ class _Plan:
     padded_from: str = ""
     #: DOUBLE columns read as text, because a value may have more digits than a DOUBLE holds.
     text_doubles: frozenset[str] = frozenset()
+    #: Read by one thread: DuckDB's parallel reader cannot pad rows around quoted newlines.
+    serial: bool = False
     #: The sniffed delimiter and comment prefix ("" for none).
     delim: str = ","
     comment: str = ""
@@ -97,6 +100,7 @@ def _plan_args(path: Path, opts: IngestOptions, plan: _Plan, table: str) -> str:
         *plan.dialect,
         *_read_args(opts),
         f"null_padding={str(plan.padding).lower()}",
+        *(["parallel=false"] if plan.serial else []),
         f"store_rejects=true, rejects_table='{table}', rejects_scan='{table}_scan'",
         f"columns={{{columns}}}",
     ]
@@ -240,6 +244,8 @@ def _read(
         _wide_copy(con, copy, f"SELECT {exprs} FROM {_plan_args(path, opts, plan, table)}", types)
     except duckdb.Error as exc:
         found = WIDEN_MARK.search(str(exc))
+        if found is None and _SERIAL_ONLY in str(exc) and not plan.serial:
+            return plan.but(serial=True)  # a quoted field spans lines in a padded file
         if found is None:
             raise
         name, current = types[int(found.group(1))]
