@@ -162,6 +162,10 @@ def test_encoding_applies_to_compressed_files(tmp_path: Path) -> None:
         ingest("gz", src)
     r = ingest("gz", src, options={"encoding": "cp1252"})
     assert (r.rows, rows("gz")) == (2, [(1, "Café “quoted”"), (2, "Zoë")])
+    # No zstd decoder to transcode through: refused, not silently read as UTF-8.
+    zst = write(tmp_path / "w.csv.zst", b"(zstd bytes)")
+    with pytest.raises(InvalidInputError, match="decompress"):
+        ingest("zst", zst, options={"encoding": "cp1252"})
 
 
 # 9. one line of numbers

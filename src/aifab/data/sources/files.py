@@ -61,8 +61,13 @@ def _text_file(path: Path, opts: IngestOptions) -> tuple[Path, str | None]:
     enc = text_decode.check_encoding(opts.encoding) if opts.encoding else None
     if path.name.lower().endswith(_COMPRESSION):
         # DuckDB decompresses UTF-8 itself; other encodings are decompressed while transcoding.
-        if enc in (None, "utf-8") or not path.name.lower().endswith(".gz"):
+        if enc in (None, "utf-8"):
             return path, None
+        if not path.name.lower().endswith(".gz"):
+            raise InvalidInputError(
+                f"{path}: --encoding {enc} needs the text decompressed first (only .gz files "
+                "are decompressed while transcoding); decompress it and ingest the plain file"
+            )
         out = lake.staging_path(".csv")
         text_decode.transcode(path, out, enc)
         return out, enc
