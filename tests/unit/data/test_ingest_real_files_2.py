@@ -46,6 +46,19 @@ def test_one_line_of_thousands_of_numbers_is_read_and_profiled(tmp_path: Path) -
     assert profile is not None and len(profile["columns"]) == n
 
 
+def test_wide_table_doubles_checked_after_the_copy_keep_long_ids_exact(tmp_path: Path) -> None:
+    # Past 200 columns DOUBLE columns are checked after the copy: a 20-digit whole number
+    # there must still come out as text with every digit, not rounded.
+    header = ",".join(f"c{i}" for i in range(300))
+    first = ",".join(f"{i}.5" for i in range(300))
+    second = ",".join(["12345678901234567890"] + [f"{i}.25" for i in range(1, 300)])
+    r = ingest("wide_ids", write(tmp_path / "w.csv", f"{header}\n{first}\n{second}\n"))
+    assert (r.rows, len(r.version.columns)) == (2, 300)
+    got = rows("wide_ids")
+    assert [row[0] for row in got] == ["0.5", "12345678901234567890"]
+    assert got[1][299] == 299.25
+
+
 # 2. header-less tab-separated tables under '#' comment lines, with 3 or 4 fields
 
 
