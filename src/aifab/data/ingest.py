@@ -55,8 +55,10 @@ class IngestResult:
         }
 
 
-def source_kind(source: str, kind: str = "auto") -> str:
-    """Decide how to read ``source``: a URL, a folder (docs or images) or a file.
+def source_kind(source: str, kind: str = "auto", *, tabular: bool = False) -> str:
+    """Decide how to read ``source``: a URL, a folder (docs or images), a document or a file.
+
+    ``tabular`` (a format was given) reads a ``.txt`` file as a table, not as a document.
 
     Raises:
         InvalidInputError: unknown kind or URL scheme.
@@ -78,7 +80,10 @@ def source_kind(source: str, kind: str = "auto") -> str:
         return folder_kind(path)
     if not path.exists():
         raise NotFoundError(f"{source}: no such file or folder")
-    return "file"
+    from aifab.data.sources.folders import DOC_EXTENSIONS
+
+    # A single document is read as a one-row docs table (a folder of one, in effect).
+    return "docs" if path.suffix.lower() in DOC_EXTENSIONS and not tabular else "file"
 
 
 def _stage_url(
@@ -162,7 +167,7 @@ def ingest(
     check_name(name)
     opts = as_config(IngestOptions, options, source="ingest options")
     src = str(source)
-    kind = source_kind(src, kind)
+    kind = source_kind(src, kind, tabular=opts.format is not None)
     con = lake.connect()
     # DuckDB draws its own progress bar on stdout for queries over 2 s, which would corrupt
     # ``--json`` output; ours (progress=True) polls query_progress() and draws on stderr.

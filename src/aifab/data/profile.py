@@ -24,6 +24,12 @@ EXACT_DISTINCT_MAX_ROWS = 100_000
 EXACT_DISTINCT_MAX_CELLS = 5_000_000
 #: Columns per aggregate query; each distinct count holds its own hash table.
 BATCH_COLUMNS = 50
+#: Tables with more columns than a batch and at most this many cells are profiled "long": the
+#: columns of each type unpivoted into (name, value) rows, so that a fixed set of grouped
+#: aggregates serves every column. DuckDB's cost per query grows with the table's width and
+#: with the expressions in it, so batches cost quadratic time on 20,000-column files.
+LONG_MAX_CELLS = 5_000_000
+_LONG_KINDS = frozenset({"numeric", "string", "temporal", "boolean"})
 
 _NUMERIC = (
     "TINYINT",
@@ -98,14 +104,14 @@ def _column_exprs(j: int, kind: str, exact: bool) -> list[str]:
     return exprs
 
 
-def _projection(rel: str, batch: Sequence[tuple[str, str, str]]) -> str:
+def _projection(rel: str, batch: Sequence[tuple[str, str, str]], keep: str = "") -> str:
     """The batch's columns as ``__c<j>``, numeric ones also as ``__d<j>`` and ``__f<j>``.
 
     ``__d<j>`` is the value as DOUBLE, ``__f<j>`` the same with NaN/inf turned to NULL.
     Aggregates then skip non-finite values as nulls: ``FILTER (WHERE isfinite(x))`` on every
-    aggregate cost five times as much.
+    aggregate cost five times as much. ``keep`` names a column passed through as it is.
     """
-    inner, outer = [], ["*"]
+    inner, outer = [keep] if keep else [], ["*"]
     for j, (name, _, kind) in enumerate(batch):
         inner.append(f"{sql_ident(name)} AS __c{j}")
         if kind == "numeric":
@@ -205,12 +211,14 @@ def _top_strings(
     return top
 
 
-def _add_top_values(con: duckdb.DuckDBPyConnection, rel: str, columns: dict[str, Any]) -> None:
-    """Top values of string (batched) and boolean (per column) columns that are not all null."""
+def _add_top_values(
+    con: duckdb.DuckDBPyConnection, rel: str, columns: dict[str, Any], step: int = BATCH_COLUMNS
+) -> None:
+    """Top values of string (``step`` at a time) and boolean (per column) columns not all null."""
     wanted = [n for n, c in columns.items() if c["null_share"] < 1]
     strings = [n for n in wanted if columns[n]["kind"] == "string"]
-    for start in range(0, len(strings), BATCH_COLUMNS):
-        for name, top in _top_strings(con, rel, strings[start : start + BATCH_COLUMNS]).items():
+    for start in range(0, len(strings), step):
+        for name, top in _top_strings(con, rel, strings[start : start + step]).items():
             columns[name]["top_values"] = top
     for name in wanted:
         if columns[name]["kind"] == "boolean":
@@ -248,6 +256,83 @@ def _profile_batch(
     return {batch[j][0]: col for j, col in columns}
 
 
+def _long_stats(
+    con: duckdb.DuckDBPyConnection, rel: str, names: list[str], col_type: str, n: int, exact: bool
+) -> dict[str, dict[str, Any]]:
+    """Statistics and histograms of the ``col_type`` columns ``names``, grouped by name."""
+    kind = kind_of(col_type)
+    cols = ", ".join(sql_ident(c) for c in names)
+    long = f"(UNPIVOT (SELECT {cols} FROM {rel}) ON {cols} INTO NAME name VALUE value)"
+    projected = _projection(long, [("value", col_type, kind)], keep="name")
+    exprs = _column_exprs(0, kind, exact)
+    got = con.execute(f"SELECT name, {', '.join(exprs)} FROM {projected} GROUP BY name")
+    out: dict[str, dict[str, Any]] = {}
+    for name, *values in got.fetchall():
+        col: dict[str, Any] = {
+            "type": col_type,
+            "kind": kind,
+            "null_share": (1 - values[0] / n) if n else 0.0,
+            "distinct": int(values[1]) if values[1] is not None else None,
+        }
+        col.update(_stats(kind, values[2:]))
+        out[str(name)] = col
+    for name in names:  # UNPIVOT drops nulls: an all-null column has no group
+        out.setdefault(
+            name, {"type": col_type, "kind": kind, "null_share": 1.0 if n else 0.0, "distinct": 0}
+        )
+    if kind == "numeric":
+        _long_histograms(con, projected, out)
+    return out
+
+
+def _long_histograms(
+    con: duckdb.DuckDBPyConnection, projected: str, columns: dict[str, dict[str, Any]]
+) -> None:
+    """:func:`_histograms` over the long projection, each name binned by its own range."""
+    ranges = {n: c for n, c in columns.items() if c.get("min") is not None}
+    if not ranges:
+        return
+    bounds = []
+    for name, col in ranges.items():
+        lo, hi = float(col["min"]), float(col["max"])
+        width = hi / HISTOGRAM_BINS - lo / HISTOGRAM_BINS or 1.0
+        col["histogram"] = {"edges": _edges(lo, hi, width), "counts": [0] * HISTOGRAM_BINS}
+        bounds.append((name, lo / 2, width / 2))
+    import pyarrow as pa
+
+    # An Arrow table, not INSERTs: executemany adds rows one by one (8 s for 5,000 columns).
+    names, los, widths = zip(*bounds, strict=True)
+    table = pa.table({"name": list(names), "lo": list(los), "w": list(widths)})
+    con.register("__aifab_bounds", table)
+    try:
+        rows = con.execute(
+            f"SELECT p.name, greatest(0, least({HISTOGRAM_BINS - 1}, CAST(floor((__f0 / 2.0 - "
+            f"b.lo) / b.w) AS INTEGER))) AS bin, count(*) FROM {projected} p JOIN "
+            "__aifab_bounds b USING (name) WHERE __f0 IS NOT NULL GROUP BY ALL"
+        ).fetchall()
+    finally:
+        con.unregister("__aifab_bounds")
+    for name, b, count in rows:
+        ranges[str(name)]["histogram"]["counts"][int(b)] = int(count)
+
+
+def _profile_long(
+    con: duckdb.DuckDBPyConnection, rel: str, schema: list[tuple[str, str, str]], n: int
+) -> dict[str, Any]:
+    """Profiles of a wide, short table: one grouped query per column type (linear in columns)."""
+    by_type: dict[str, list[str]] = {}
+    for name, col_type, kind in schema:
+        if kind in _LONG_KINDS:
+            by_type.setdefault(col_type, []).append(name)
+    columns: dict[str, Any] = {}
+    for col_type, names in by_type.items():
+        columns.update(_long_stats(con, rel, names, col_type, n, exact=True))
+    rest = [c for c in schema if c[0] not in columns]
+    for start in range(0, len(rest), BATCH_COLUMNS):
+        columns.update(_profile_batch(con, rel, rest[start : start + BATCH_COLUMNS], n, True))
+    return {name: columns[name] for name, _, _ in schema}
+
+
 def profile_relation(con: duckdb.DuckDBPyConnection, rel: str) -> dict[str, Any]:
     """Profile every column of the table expression ``rel``.
 
@@ -269,7 +354,12 @@ def profile_relation(con: duckdb.DuckDBPyConnection, rel: str) -> dict[str, Any]
     # Exact distinct counts while cheap, HyperLogLog estimates beyond.
     exact = n <= EXACT_DISTINCT_MAX_ROWS and n * len(schema) <= EXACT_DISTINCT_MAX_CELLS
     columns: dict[str, Any] = {}
-    for start in range(0, len(schema), BATCH_COLUMNS):
-        columns.update(_profile_batch(con, rel, schema[start : start + BATCH_COLUMNS], n, exact))
-    _add_top_values(con, rel, columns)
+    long = len(schema) > BATCH_COLUMNS and n * len(schema) <= LONG_MAX_CELLS
+    if long:
+        columns = _profile_long(con, rel, schema, n)
+    else:
+        for start in range(0, len(schema), BATCH_COLUMNS):
+            batch = schema[start : start + BATCH_COLUMNS]
+            columns.update(_profile_batch(con, rel, batch, n, exact))
+    _add_top_values(con, rel, columns, max(len(schema), 1) if long else BATCH_COLUMNS)
     return {"num_rows": n, "columns": columns}

@@ -6,7 +6,6 @@ A document that cannot be read is quarantined with its reason; the rest go on.
 from __future__ import annotations
 
 import html.parser
-import io
 import re
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -14,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from aifab.core.errors import InvalidInputError, NotFoundError
+from aifab.data.sources.pdf_text import pdf_text
 
 __all__ = [
     "MAX_DOCUMENT_BYTES",
@@ -100,24 +100,6 @@ def _decode(data: bytes) -> str:
     return text
 
 
-def _pdf_text(data: bytes) -> str:
-    import logging
-
-    from pypdf import PdfReader
-
-    # pypdf logs each repair attempt; the quarantine reason is what users need.
-    logging.getLogger("pypdf").setLevel(logging.ERROR)
-    from pypdf.errors import PyPdfError
-
-    try:
-        reader = PdfReader(io.BytesIO(data), strict=False)
-        pages = [page.extract_text() or "" for page in reader.pages]
-    # pypdf raises its own errors and, on badly broken files, plain library ones.
-    except (PyPdfError, ValueError, KeyError, TypeError, AttributeError, OSError) as exc:
-        raise ValueError(f"broken PDF: {type(exc).__name__}: {exc}") from None
-    return "\n\n".join(p.strip() for p in pages)
-
-
 def parse_bytes(data: bytes, suffix: str) -> str:
     """A file's text from its bytes and suffix (pure).
 
@@ -128,7 +110,7 @@ def parse_bytes(data: bytes, suffix: str) -> str:
     if suffix not in SUFFIXES:
         raise ValueError(f"unsupported file type {suffix or '(none)'!r} ({', '.join(SUFFIXES)})")
     if suffix == ".pdf":
-        text = _pdf_text(data)
+        text = pdf_text(data)
     elif suffix in (".html", ".htm"):
         parser = _HTMLText()
         parser.feed(_decode(data))

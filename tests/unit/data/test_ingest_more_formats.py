@@ -175,6 +175,10 @@ def test_cli_reads_a_messy_csv_with_flags(tmp_path: Path, cli) -> None:
     assert "ingested 2 rows into eu@1" in r.stdout
     assert "padded 1 short row(s) with nulls" in r.stdout
     assert rows("eu") == [("ann", 1.5, 2), ("bob", 2.5, None)]
+    # The leading '#' line is a comment even without --comment (no data line holds a '#').
     r = cli("data", "ingest", "eu2", src, "--no-header", "--delimiter", ";", "--strict")
-    assert r.exit_code == 2 and "kept 1 of 3 rows" in r.stderr
+    assert r.exit_code == 0 and "rejected 1 malformed line(s) (lines 3)" in r.stdout
+    strict = ("--strict", "--min-kept-share", "0.9")
+    r = cli("data", "ingest", "eu3", src, "--no-header", "--delimiter", ";", *strict)
+    assert r.exit_code == 2 and "kept 1 of 2 rows" in r.stderr
     assert "nothing committed" in r.stderr

@@ -93,3 +93,28 @@ def test_commit_of_a_version_with_nan_and_inf_profiles_it() -> None:
     ).version
     col = v.profile["columns"]["x"]
     assert col["nan_count"] == 1 and col["posinf_count"] == 1 and col["mean"] == 2.0
+
+
+def test_wide_short_tables_profile_long_with_the_same_results(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Wide, short tables are profiled per column type over unpivoted rows (linear in the
+    # columns); the result must be the one the per-batch queries give.
+    from aifab.data import profile
+
+    con = duckdb.connect()
+    kinds = [
+        *(f"(random() * 100)::BIGINT AS i{k}" for k in range(20)),
+        *(f"CASE WHEN r % 7 = 0 THEN NULL ELSE random() * 10 END AS d{k}" for k in range(20)),
+        *(f"md5((r % 13)::VARCHAR) AS s{k}" for k in range(15)),
+        "r % 2 = 0 AS b0",
+        "DATE '2024-01-01' + (r % 30)::INTEGER AS t0",
+        "NULL::DOUBLE AS all_null",
+        "[r] AS a_list",
+        "CASE WHEN r % 3 = 0 THEN 'inf'::DOUBLE ELSE r END AS with_inf",
+    ]
+    con.execute(f"CREATE TABLE t AS SELECT {', '.join(kinds)} FROM range(300) x(r)")
+    long = profile_relation(con, "t")
+    monkeypatch.setattr(profile, "LONG_MAX_CELLS", 0)
+    assert profile_relation(con, "t") == long
+    assert list(long["columns"]) == [k.rsplit(" AS ", 1)[1] for k in kinds]

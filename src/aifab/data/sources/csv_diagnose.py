@@ -21,7 +21,7 @@ from aifab.data.sources.staged import refuse_share
 _SCAN_LINES = 20_000
 _PREVIEW = 80
 #: What each kind of rejected line means, and the option that usually reads such a file.
-_HINTS = {
+HINTS = {
     "TOO MANY COLUMNS": ("rows have more fields than the header", "--delimiter or --no-header"),
     "MISSING COLUMNS": ("rows have fewer fields than the header", "--delimiter"),
     "CAST": ("values do not fit the sniffed column types", "--sample-size -1"),
@@ -111,6 +111,7 @@ def refuse_if_few_kept(
     kept: int,
     rejected: int,
     table: str,
+    header: bool = False,
 ) -> None:
     """Raise when under ``opts.min_kept_share`` of the rows were kept (nothing is committed).
 
@@ -122,12 +123,15 @@ def refuse_if_few_kept(
     if total and kept and kept / total >= opts.min_kept_share:
         return
     if not rejected:
-        refuse_share(source, kept, rejected, opts.min_kept_share, "the file has no data rows")
+        why = "the file has no data rows"
+        if header:
+            why += " (its first line was read as the header; pass --no-header to read it as data)"
+        refuse_share(source, kept, rejected, opts.min_kept_share, why)
     kind, message = con.execute(
         f"SELECT CAST(error_type AS VARCHAR), any_value(error_message) FROM {table} "
         "GROUP BY ALL ORDER BY count(*) DESC LIMIT 1"
     ).fetchall()[0]
-    what, option = _HINTS.get(str(kind), (str(kind).lower(), "--delimiter"))
+    what, option = HINTS.get(str(kind), (str(kind).lower(), "--delimiter"))
     if opts.strict and kind in ("TOO MANY COLUMNS", "MISSING COLUMNS"):
         option = "no --strict (pads short rows, names extra fields)"
     looks = _dialect(con, path, opts) or "an unknown dialect"

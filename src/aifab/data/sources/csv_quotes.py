@@ -28,7 +28,7 @@ _SHOWN_LINES = 10
 _QUOTED_FIELD = re.compile(r'(^|[,;\t|])"[^"]*[,;\t|][^"]*"([,;\t|]|\r?$)')
 
 
-def _open(path: Path, errors: str = "strict") -> TextIO:
+def open_text(path: Path, errors: str = "strict") -> TextIO:
     """``path`` as UTF-8 text, gunzipped on the fly for ``.gz`` files."""
     if path.suffix.lower() == ".gz":
         return gzip.open(path, "rt", encoding="utf-8", errors=errors, newline="")
@@ -38,7 +38,7 @@ def _open(path: Path, errors: str = "strict") -> TextIO:
 def has_quoted_fields(path: Path) -> bool:
     """Whether the first lines hold both a quoted field with a delimiter and an odd quote."""
     quoted = odd = False
-    with _open(path, "replace") as fh:
+    with open_text(path, "replace") as fh:
         for number, line in enumerate(fh, 1):
             quoted = quoted or bool(_QUOTED_FIELD.search(line.rstrip("\n")))
             odd = odd or line.count('"') % 2 == 1
@@ -54,7 +54,7 @@ def split_unbalanced(path: Path, good: Path, source: str) -> tuple[list[Quaranti
         The quarantine items of the unbalanced lines and their (1-based) line numbers.
     """
     bad: list[QuarantineItem] = []
-    with _open(path) as fin, good.open("w", encoding="utf-8", newline="") as fout:
+    with open_text(path) as fin, good.open("w", encoding="utf-8", newline="") as fout:
         for number, line in enumerate(fin, 1):
             if line.count('"') % 2 == 0:
                 fout.write(line)

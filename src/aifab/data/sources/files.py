@@ -52,17 +52,28 @@ def _text_file(path: Path, opts: IngestOptions) -> tuple[Path, str | None]:
     """The UTF-8 file DuckDB should read for ``path``, and the encoding it was converted from.
 
     A BOM or ``--encoding`` other than UTF-8 gives a transcoded copy in the workspace's
-    ``tmp/``; binary content is refused instead of read as garbage.
+    ``tmp/`` (a BOM wins over ``--encoding``; a gzip'd file is decompressed into the copy);
+    binary content is refused instead of read as garbage.
 
     Raises:
         InvalidInputError: binary content, or text that is not UTF-8 without an encoding given.
     """
+    enc = text_decode.check_encoding(opts.encoding) if opts.encoding else None
     if path.name.lower().endswith(_COMPRESSION):
-        return path, None  # DuckDB decompresses; the bytes on disk say nothing about the text
+        # DuckDB decompresses UTF-8 itself; other encodings are decompressed while transcoding.
+        if enc in (None, "utf-8"):
+            return path, None
+        if not path.name.lower().endswith(".gz"):
+            raise InvalidInputError(
+                f"{path}: --encoding {enc} needs the text decompressed first (only .gz files "
+                "are decompressed while transcoding); decompress it and ingest the plain file"
+            )
+        out = lake.staging_path(".csv")
+        text_decode.transcode(path, out, enc)
+        return out, enc
     with path.open("rb") as fh:
         head = fh.read(text_decode.HEAD_BYTES)
-    enc = text_decode.check_encoding(opts.encoding) if opts.encoding else None
-    enc = enc or text_decode.bom_encoding(head)
+    enc = text_decode.bom_encoding(head) or enc
     if enc in (None, "utf-8", "utf-8-sig"):
         at = text_decode.binary_offset(head)
         if at is not None:

@@ -1,4 +1,4 @@
-"""Folders: documents (text, markdown, html: one row each) and images (labelled by sub-folder).
+"""Documents (text, markdown, html, pdf: one row each; a folder or one file) and image folders.
 
 Files are visited in sorted order (hidden ones skipped), so the same folder always gives the
 same rows and re-ingesting it unchanged returns the existing version.
@@ -18,7 +18,7 @@ from aifab.data.sources.html_text import extract
 from aifab.data.sources.staged import Staged, write_rows
 from aifab.data.sources.text_decode import UndecodableError, check_encoding, decode
 
-DOC_EXTENSIONS = frozenset({".txt", ".text", ".md", ".markdown", ".rst", ".html", ".htm"})
+DOC_EXTENSIONS = frozenset({".txt", ".text", ".md", ".markdown", ".rst", ".html", ".htm", ".pdf"})
 IMAGE_EXTENSIONS = frozenset(
     {
         ".png",
@@ -74,7 +74,15 @@ def _doc_row(path: Path, encoding: str | None) -> dict[str, Any]:
     """One document's row; :class:`UndecodableError` when its bytes are not text."""
     raw = path.read_bytes()
     html = path.suffix.lower() in (".html", ".htm")
-    text, _ = decode(raw, encoding, html=html)
+    if path.suffix.lower() == ".pdf":
+        from aifab.data.sources.pdf_text import pdf_text
+
+        try:
+            text = pdf_text(raw)
+        except ValueError as exc:
+            raise UndecodableError(str(exc)) from None
+    else:
+        text, _ = decode(raw, encoding, html=html)
     title = None
     if html:
         page = extract(text)
@@ -125,11 +133,14 @@ def _doc_schema() -> Any:
 
 
 def stage_documents(root: Path, dest: Path, encoding: str | None = None) -> Staged:
-    """One row per text/markdown/html file: path, title (html), text, bytes, modified.
+    """One row per text/markdown/html/pdf file: path, title (html), text, bytes, modified.
 
-    Each file is decoded strictly (``encoding``, else its BOM, its HTML charset or UTF-8);
-    one that does not decode is quarantined with the reason instead of stored as garbage.
+    ``root`` is a folder or a single document. Each file is decoded strictly (its BOM, its
+    HTML charset, UTF-8, else ``encoding``); one that does not decode is quarantined with the
+    reason instead of stored as garbage.
     """
+    if root.is_file():
+        return _stage_document(root.resolve(), dest, encoding)
     _check_folder(root)
     root = root.resolve()
     paths = [p for p in files_under(root) if p.suffix.lower() in DOC_EXTENSIONS]
@@ -145,6 +156,20 @@ def stage_documents(root: Path, dest: Path, encoding: str | None = None) -> Stag
         )
     details = {"files": rows, **_skipped(root, paths)}
     return Staged(dest, str(root), "docs", details, rejected=len(bad), rejects=bad)
+
+
+def _stage_document(path: Path, dest: Path, encoding: str | None) -> Staged:
+    """The one-row table of a single document; one that does not decode is refused."""
+    if path.suffix.lower() not in DOC_EXTENSIONS:
+        raise InvalidInputError(
+            f"{path}: not a document ({', '.join(sorted(DOC_EXTENSIONS))}); pass --format"
+        )
+    try:
+        row = _doc_row(path, check_encoding(encoding) if encoding else None)
+    except UndecodableError as exc:
+        raise InvalidInputError(f"{path}: {exc}") from None
+    write_rows(iter([row]), _doc_schema(), dest)
+    return Staged(dest, str(path), "docs", {"files": 1})
 
 
 def _image_schema() -> Any:

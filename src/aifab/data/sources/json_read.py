@@ -44,6 +44,24 @@ def _reader(path: Path, fmt: str, opts: IngestOptions, columns: str = "") -> str
     )
 
 
+def _check_records(con: duckdb.DuckDBPyConnection, path: Path, dest: Path) -> None:
+    """Refuse a JSON file read as one row whose records sit in its one list field.
+
+    Raises:
+        InvalidInputError: naming the ``--records-field`` that reads the records.
+    """
+    p = lake.sql_string(str(dest))
+    if int(con.execute(f"SELECT count(*) FROM read_parquet({p})").fetchall()[0][0]) != 1:
+        return
+    described = con.execute(f"DESCRIBE SELECT * FROM read_parquet({p})").fetchall()
+    lists = [str(name) for name, col_type, *_ in described if str(col_type).endswith("[]")]
+    if len(lists) == 1:
+        raise InvalidInputError(
+            f"{path}: the file is one object whose records look like the list in field "
+            f"{lists[0]!r}; pass --records-field {lists[0]} to read them as rows"
+        )
+
+
 def _columns_sql(types: list[tuple[str, str]]) -> str:
     pairs = ", ".join(f"{lake.sql_string(n)}: {lake.sql_string(t)}" for n, t in types)
     return f"columns={{{pairs}}}"
@@ -73,7 +91,11 @@ def _copy_exact(
     while True:
         final = [(n, widened.get(n, t)) for n, t in types]
         text = [(n, "VARCHAR" if t == "DOUBLE" else t) for n, t in final]
-        exprs = ", ".join(checked_expr(i, n, t, opts) for i, (n, t) in enumerate(final))
+        # Only DOUBLE columns are read as text; integers and the rest pass through as typed.
+        exprs = ", ".join(
+            checked_expr(i, n, t, opts) if t == "DOUBLE" else lake.sql_ident(n)
+            for i, (n, t) in enumerate(final)
+        )
         try:
             copy(f"SELECT {exprs} FROM {_reader(path, fmt, opts, _columns_sql(text))}")
             return widened
@@ -163,6 +185,8 @@ def stage_json(
     finally:
         if read != path:
             read.unlink(missing_ok=True)
+    if fmt == "json" and not opts.records_field:
+        _check_records(con, path, dest)
     details: dict[str, object] = {"format": fmt}
     if opts.records_field and fmt == "json":
         details["records_field"] = opts.records_field

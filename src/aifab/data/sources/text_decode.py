@@ -78,13 +78,20 @@ def _where(exc: UnicodeDecodeError, base: int) -> str:
 def decode(raw: bytes, encoding: str | None, *, html: bool = False) -> tuple[str, str]:
     """Decode a whole document strictly; return ``(text, encoding used)``.
 
-    The encoding is ``encoding`` when given, else a BOM's, else an HTML charset declaration's
-    (``html=True``), else UTF-8.
+    The encoding is a BOM's, else an HTML charset declaration's (``html=True``), else UTF-8
+    when the bytes are valid UTF-8, else ``encoding``: a given encoding is the fallback for
+    the files that say nothing and are not UTF-8, so one folder may mix encodings.
 
     Raises:
         UndecodableError: binary content, or bytes that are not valid in that encoding.
     """
-    enc = encoding or bom_encoding(raw) or (html_charset(raw[:HEAD_BYTES]) if html else None)
+    enc = bom_encoding(raw) or (html_charset(raw[:HEAD_BYTES]) if html else None)
+    if enc is None and encoding not in (None, "utf-8"):
+        try:
+            raw.decode("utf-8")
+            enc = "utf-8"
+        except UnicodeDecodeError:
+            enc = encoding
     enc = enc or "utf-8"
     if enc in ("utf-8", "utf-8-sig"):
         at = binary_offset(raw[:HEAD_BYTES])
@@ -101,12 +108,20 @@ def decode(raw: bytes, encoding: str | None, *, html: bool = False) -> tuple[str
 def transcode(src: Path, dest: Path, encoding: str) -> None:
     """Rewrite ``src`` (in ``encoding``) as UTF-8 into ``dest``, streaming in 1 MB chunks.
 
+    A ``.gz`` file is decompressed on the way.
+
     Raises:
         InvalidInputError: bytes that are not valid in ``encoding``, naming their offset.
     """
     decoder = codecs.getincrementaldecoder(encoding)()
     done = 0
-    with src.open("rb") as fin, dest.open("w", encoding="utf-8", newline="") as fout:
+    import gzip
+
+    gz = src.suffix.lower() == ".gz"
+    with (
+        gzip.open(src, "rb") if gz else src.open("rb") as fin,
+        dest.open("w", encoding="utf-8", newline="") as fout,
+    ):
         while True:
             chunk = fin.read(_CHUNK)
             try:
