@@ -171,7 +171,7 @@ def test_success_carries_rate_limit_headers(env: dict[str, Any]) -> None:
     r = httpx.post(f"{env['url']}/v1/predict/churn", json=env["one"], headers=auth(env, "metered"))
     assert r.status_code == 200, r.text
     assert r.headers["x-ratelimit-limit-requests"] == "600"
-    assert 0 <= int(r.headers["x-ratelimit-remaining-requests"]) <= 100  # a 10 s burst
+    assert 0 <= int(r.headers["x-ratelimit-remaining-requests"]) <= 600  # a minute's burst
     assert r.headers["x-ratelimit-reset-requests"].endswith("s")
     assert r.headers["x-ratelimit-limit-tokens"] == "1000"
     assert int(r.headers["x-ratelimit-remaining-tokens"]) <= 1000

@@ -16,6 +16,7 @@ from fastapi import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from aifab.serve.errors import ApiError
+from aifab.serve.limits import capacity
 
 __all__ = [
     "BODY_CAPS",
@@ -196,7 +197,8 @@ def _with_limit_headers(app: Any, scope: Scope, message: Message) -> Message:
     limiter = getattr(app.state, "limiter", None)
     if key.rate_per_min is not None and limiter is not None:
         remaining, reset = limiter.remaining(key.id, key.rate_per_min)
-        extra += _limit_headers("requests", round(key.rate_per_min), remaining, reset)
+        # The limit is what the bucket holds (a minute's worth, at least 1): remaining <= it.
+        extra += _limit_headers("requests", int(capacity(key.rate_per_min)), remaining, reset)
     quota = getattr(app.state, "quota", None)
     if key.token_quota_day is not None and quota is not None:
         left = max(0, key.token_quota_day - quota.used(key.id))
