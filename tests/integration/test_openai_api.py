@@ -421,7 +421,8 @@ def test_streamed_tokens_reach_metrics_and_log(env: dict[str, Any], client: open
     from aifab.inference.request_log import recent_requests
 
     def completion_tokens() -> float:
-        text = httpx.get(f"{env['url']}/metrics").text
+        viewer = {"Authorization": f"Bearer {env['keys']['viewer']}"}
+        text = httpx.get(f"{env['url']}/metrics", headers=viewer).text
         return sum(
             s.value
             for fam in text_string_to_metric_families(text)

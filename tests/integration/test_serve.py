@@ -366,7 +366,7 @@ def test_corrupt_model_fails_while_others_serve(env: dict[str, Any]) -> None:
 
 
 def _families(env: dict[str, Any]) -> dict[str, Any]:
-    r = httpx.get(f"{env['url']}/metrics")
+    r = httpx.get(f"{env['url']}/metrics", headers=auth(env, "viewer"))  # every series
     assert r.status_code == 200
     return {f.name: f for f in text_string_to_metric_families(r.text)}
 
@@ -635,7 +635,7 @@ def test_workers_share_rate_limits_and_metrics(env: dict[str, Any], workspace: P
         assert len(pids) == 2  # both processes answered requests
 
         def counted() -> float:
-            text = httpx.get(f"{url}/metrics", timeout=5).text
+            text = httpx.get(f"{url}/metrics", headers=auth(env, "viewer"), timeout=5).text
             return sum(
                 s.value
                 for fam in text_string_to_metric_families(text)

@@ -21,6 +21,7 @@ from aifab.serve.limits import capacity
 __all__ = [
     "BODY_CAPS",
     "DEFAULT_BODY_CAP",
+    "DEPLOYMENT_STATE_KEY",
     "PREAUTH_BYTES",
     "RefusedError",
     "RequestGuard",
@@ -45,6 +46,8 @@ DEFAULT_BODY_CAP = 1 * _MIB
 PREAUTH_BYTES = 64 * 1024
 #: Where the principal authenticated here waits for the route's ``require`` dependency.
 PRINCIPAL_SCOPE_KEY = "aifab.principal"
+#: Where a route leaves the deployment that answered (``request.state``), for the metrics.
+DEPLOYMENT_STATE_KEY = "aifab_deployment"
 #: The route label of a request no route matched (404/405), so scanners cannot grow the labels.
 UNMATCHED = "unmatched"
 
@@ -97,8 +100,9 @@ class RequestGuard:
             if metrics is not None:
                 metrics.in_flight.dec()
                 route = getattr(scope.get("route"), "path", None) or UNMATCHED
+                deployment = scope.get("state", {}).get(DEPLOYMENT_STATE_KEY, "")
                 metrics.observe_response(
-                    route, scope["method"], status, time.perf_counter() - started
+                    route, scope["method"], status, time.perf_counter() - started, deployment
                 )
 
 
