@@ -33,7 +33,12 @@ SIDECAR_FILE = "aifab-model.json"
 _LOAD_MODULE = "aifab.models.checkpoint:load_model"
 _CLASSIFIERS = ("mlp", "cnn", "transformer-classifier")
 _LMS = ("causal-lm", "hf-causal-lm")
-_MLFLOW_TYPES = {"integer": "long", "number": "double", "boolean": "boolean"}
+#: Columns MLflow checks by type: text only. Numbers, booleans and dates are declared ``Any``:
+#: MLflow's enforcement refuses int64 for ``double`` ("Can not safely convert int64 to
+#: float64": every whole-number income ``pd.read_csv`` reads), 41.0 for ``long`` and parsed
+#: dates for ``string``, all of which ``/v1/predict`` takes; aifab's handler checks each value
+#: as it checks an HTTP request (and names the column when one is wrong).
+_CHECKED_BY_MLFLOW = {"string": "string"}
 _EXAMPLE_VALUES: dict[str, Any] = {
     "integer": 1,
     "number": 1.0,
@@ -68,11 +73,14 @@ def _signature(describe: Mapping[str, Any]) -> tuple[Any, Any]:
     """MLflow signature and an input example (None when none can be made) for a handler."""
     from mlflow.models import ModelSignature
     from mlflow.types import ColSpec, ParamSchema, ParamSpec, Schema
+    from mlflow.types.schema import AnyType
 
     kind = describe.get("kind")
     if kind == "classifier":
         cols = list(describe.get("input_columns") or [])
-        schema = Schema([ColSpec(_MLFLOW_TYPES.get(c["type"], "string"), c["name"]) for c in cols])
+        schema = Schema(
+            [ColSpec(_CHECKED_BY_MLFLOW.get(c["type"]) or AnyType(), c["name"]) for c in cols]
+        )
         example = None
         if describe.get("modality") == "tabular":
             example = [{c["name"]: _EXAMPLE_VALUES.get(c["type"], "a") for c in cols}]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import datetime as dt
 import json
 import os
 import socket
@@ -154,6 +155,59 @@ def _free_port() -> int:
 
 
 @pytest.mark.integration
+def _frames(rows: list[dict[str, Any]], tmp: Path) -> dict[str, Any]:
+    """``rows`` as pandas, its CSV and Parquet readers and polars make them (whole incomes)."""
+    import pandas as pd
+    import polars as pl
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    whole = [{**r, "income": int(r["income"])} for r in rows]
+    pd.DataFrame(whole).to_csv(tmp / "rows.csv", index=False)
+    table = pa.Table.from_pylist(whole).set_column(
+        list(whole[0]).index("signup_date"),
+        "signup_date",
+        pa.array([dt.date.fromisoformat(r["signup_date"]) for r in whole], pa.date32()),
+    )
+    pq.write_table(table, tmp / "rows.parquet")
+    return {
+        "records (int income)": pd.DataFrame(whole),
+        "float ages": pd.DataFrame([{**r, "age": float(r["age"])} for r in whole]),
+        "read_csv": pd.read_csv(tmp / "rows.csv"),
+        "read_csv parse_dates": pd.read_csv(tmp / "rows.csv", parse_dates=["signup_date"]),
+        "read_parquet": pd.read_parquet(tmp / "rows.parquet"),
+        "polars to_pandas": pl.read_parquet(tmp / "rows.parquet").to_pandas(),
+        "polars csv to_pandas": pl.read_csv(tmp / "rows.csv", try_parse_dates=True).to_pandas(),
+    }
+
+
+def test_pyfunc_accepts_what_predict_accepts(
+    churn_model: dict, mlflow_uri: str, tmp_path: Path
+) -> None:
+    """Issue 23 item 1: MLflow's schema enforcement refused int incomes (``Can not safely convert
+    int64 to float64``), float ages and parsed dates; ``/v1/predict`` takes them all."""
+    import mlflow
+
+    rows = quickstart_rows()
+    model = mlflow.pyfunc.load_model("models:/churn@champion")
+    for name, frame in _frames(rows, tmp_path).items():
+        want = handler_predictions("churn@champion", {"records": _json_records(frame)})
+        try:
+            got = model.predict(frame)
+        except Exception as exc:  # noqa: BLE001 - name the frame that failed
+            raise AssertionError(f"{name}: {exc}") from exc
+        assert_same(got, want)
+    assert_same(model.predict(rows), handler_predictions("churn@champion", {"records": rows}))
+
+
+def _json_records(frame: Any) -> list[dict[str, Any]]:
+    """A frame's rows as a JSON client sends them (dates as ``YYYY-MM-DD``)."""
+    out = json.loads(frame.to_json(orient="records", date_format="iso"))
+    for r in out:
+        r["signup_date"] = str(r["signup_date"])[:10]
+    return out
+
+
 def test_mlflow_models_serve_answers_like_predict(churn_model: dict, mlflow_uri: str) -> None:
     rows = quickstart_rows()
     want = handler_predictions("churn@champion", {"records": rows})
