@@ -24,6 +24,7 @@ import yaml
 
 from aifab.core.registry import load_target
 from aifab.core.workspace import get_workspace
+from aifab.track.model_wheel import WHEELS_DIR, write_aifab_wheel
 
 #: Flavor name under which ``MLmodel`` records the aifab model directory.
 FLAVOR = "aifab"
@@ -45,18 +46,33 @@ _EXAMPLE_VALUES: dict[str, Any] = {
     "boolean": False,
     "date": "2024-01-01",
 }
-#: What loading the pyfunc needs; passed explicitly (inferring costs seconds per log).
-_REQUIREMENTS = ("aifab", "mlflow", "torch", "transformers", "safetensors", "duckdb", "pyarrow")
+#: What loading the pyfunc needs besides aifab (its wheel): passed explicitly (inferring costs
+#: seconds per log). aifab's other dependencies come from the wheel's metadata.
+_REQUIREMENTS = ("mlflow", "torch", "transformers", "safetensors", "duckdb", "pyarrow")
 
 
 def _pinned(names: tuple[str, ...]) -> list[str]:
+    """``name==version`` of each installed package, without a local version label.
+
+    ``torch==2.13.0+cpu`` names a build only PyTorch's own index has; ``torch==2.13.0`` is
+    on PyPI (and on PyTorch's CPU index, for whoever adds it with ``--extra-index-url``).
+    """
     pins = []
     for name in names:
         try:
-            pins.append(f"{name}=={version(name)}")
+            pins.append(f"{name}=={version(name).split('+', 1)[0]}")
         except PackageNotFoundError:
             pins.append(name)
     return pins
+
+
+def model_requirements(wheel: str) -> list[str]:
+    """The pip requirements of an aifab MLflow model.
+
+    Its aifab wheel (a path inside the model directory) and the pinned packages loading it
+    needs.
+    """
+    return [wheel, *_pinned(_REQUIREMENTS)]
 
 
 def aifab_model_dir(mlflow_model_dir: Path) -> Path | None:
@@ -110,7 +126,7 @@ def _native_flavor(model_dir: Path, builder: str, scratch: Path) -> tuple[str, d
             module,
             scratch,
             serialization_format="pickle",
-            pip_requirements=_pinned(_REQUIREMENTS),
+            pip_requirements=_pinned(_REQUIREMENTS),  # its own files are not kept
         )
         flavor = "pytorch"
     elif builder in _LMS:
@@ -150,15 +166,22 @@ def build_mlflow_model(
     loaded = loaded or load_target(LOADER)(str(model_dir))
     signature, example = _signature(loaded.handler.describe())
     builder = str(loaded.sidecar.get("builder"))
-    mlflow.pyfunc.save_model(
-        dst,
-        python_model=str(Path(__file__).with_name("pyfunc_code.py")),
-        artifacts={ARTIFACT_KEY: str(model_dir)},
-        signature=signature,
-        input_example=example,
-        pip_requirements=_pinned(_REQUIREMENTS),
-        mlflow_model=Model(run_id=run_id, model_id=model_id),
-    )
+    wheels = Path(tempfile.mkdtemp(prefix="wheel-", dir=get_workspace().tmp))
+    try:
+        wheel = write_aifab_wheel(wheels)
+        mlflow.pyfunc.save_model(
+            dst,
+            python_model=str(Path(__file__).with_name("pyfunc_code.py")),
+            artifacts={ARTIFACT_KEY: str(model_dir)},
+            signature=signature,
+            input_example=example,
+            pip_requirements=model_requirements(f"{WHEELS_DIR}/{wheel.name}"),
+            mlflow_model=Model(run_id=run_id, model_id=model_id),
+        )
+        (dst / WHEELS_DIR).mkdir()
+        shutil.copy2(wheel, dst / WHEELS_DIR / wheel.name)
+    finally:
+        shutil.rmtree(wheels, ignore_errors=True)
     mlmodel = Model.load(dst / "MLmodel")
     inner = mlmodel.flavors["python_function"]["artifacts"][ARTIFACT_KEY]["path"]
     mlmodel.add_flavor(FLAVOR, model_dir=inner, builder=builder, format="aifab-model/1")

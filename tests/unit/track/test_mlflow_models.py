@@ -208,6 +208,52 @@ def _json_records(frame: Any) -> list[dict[str, Any]]:
     return out
 
 
+def test_the_models_requirements_install_from_what_it_carries(
+    churn_model: dict, mlflow_uri: str, tmp_path: Path
+) -> None:
+    """Issue 23 item 2: requirements pinned ``aifab==0.1.0`` (on no index) and
+    ``torch==2.13.0+cpu`` (a local version no index resolves as such).
+
+    Now aifab is a wheel inside the model, referenced by its path there (MLflow installs the
+    requirements from the model directory), and every other pin is a plain release. The
+    wheel is installed alone (``--target``, no dependencies: they are this venv's) and a fresh
+    interpreter that sees only that copy of aifab loads the model and answers like predict.
+    """
+    import mlflow
+
+    local = Path(mlflow.artifacts.download_artifacts("models:/churn@champion", dst_path=tmp_path))
+    requirements = (local / "requirements.txt").read_text().split()
+    [wheel] = [r for r in requirements if r.endswith(".whl")]
+    assert wheel.startswith("wheels/aifab-") and (local / wheel).is_file()
+    assert not any(r.startswith("aifab==") or "+" in r for r in requirements), requirements
+    assert any(r.startswith("torch==") for r in requirements)
+    env = (local / "python_env.yaml").read_text()
+    assert "requirements.txt" in env and "+cpu" not in env
+    target = tmp_path / "site"
+    pip = [sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--target", str(target)]
+    subprocess.run([*pip, str(local / wheel)], check=True, timeout=300)
+    rows = quickstart_rows(3)
+    want = handler_predictions("churn@champion", {"records": rows})
+    code = (
+        "import json, sys, mlflow.pyfunc, aifab\n"
+        f"assert aifab.__file__.startswith({str(target)!r}), aifab.__file__\n"
+        f"m = mlflow.pyfunc.load_model({str(local)!r})\n"
+        f"print(json.dumps(m.predict({rows!r})))\n"
+    )
+    env_vars = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        env={**env_vars, "PYTHONPATH": str(target)},
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert_same(json.loads(out.stdout.strip().splitlines()[-1]), want)
+
+
 def test_mlflow_models_serve_answers_like_predict(churn_model: dict, mlflow_uri: str) -> None:
     rows = quickstart_rows()
     want = handler_predictions("churn@champion", {"records": rows})
