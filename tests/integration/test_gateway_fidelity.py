@@ -1,7 +1,8 @@
-"""Issue 23 item 4: validation failures on the OpenAI routes are OpenAI's 400, read by its SDK.
+"""The gateway as outside clients read it (issues 23.4, 23.5 and 19.13), on one live server.
 
-A real server with no deployment: the bodies are refused while they are parsed, before any
-model is looked up, so no model needs to load.
+Validation failures on the OpenAI routes are OpenAI's 400, read by its SDK; ``N/min`` bursts N
+with ``x-ratelimit-*`` headers that tell the truth; absurd rates and quotas are 4xx, never 500.
+The server has no deployment: bodies are refused while parsed, before any model is looked up.
 """
 
 from __future__ import annotations
@@ -26,9 +27,10 @@ def workspace(module_workspace: Path) -> Path:
 
 @pytest.fixture(scope="module")
 def env(module_workspace: Path, live_server: Callable[..., Any]) -> Iterator[dict[str, Any]]:
+    admin = create_key("admin", name="limits-admin", rate=None)[1]
     secret = create_key("client", name="fidelity", rate=None)[1]
     server = live_server()
-    yield {"url": server.url, "key": secret}
+    yield {"url": server.url, "admin": {"Authorization": f"Bearer {admin}"}, "key": secret}
 
 
 @pytest.fixture(scope="module")
@@ -74,3 +76,43 @@ def test_aifab_routes_keep_422(env: dict[str, Any]) -> None:
         headers={"Authorization": f"Bearer {env['key']}"},
     )
     assert r.status_code == 400 and r.json()["error"]["param"] == "messages", r.text
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        {"role": "client", "token_quota": "99999999999999999999999/day"},
+        {"role": "client", "token_quota": 99999999999999999999999},
+        {"role": "client", "token_quota": "9" * 5000},
+        {"role": "client", "rate": "1e-300/s"},
+    ],
+)
+def test_absurd_rates_and_quotas_are_4xx(env: dict[str, Any], body: dict[str, Any]) -> None:
+    r = httpx.post(f"{env['url']}/v1/keys", json=body, headers=env["admin"], timeout=30)
+    assert r.status_code == 422, r.text
+    error = r.json()["error"]
+    assert ("token quota" in error["message"]) or ("rate" in error["message"]), error
+
+
+def test_three_per_minute_is_a_burst_of_three(env: dict[str, Any]) -> None:
+    r = httpx.post(
+        f"{env['url']}/v1/keys", json={"role": "viewer", "rate": "3/min"}, headers=env["admin"]
+    )
+    assert r.status_code == 201, r.text
+    key = {"Authorization": f"Bearer {r.json()['key']}"}
+    seen = []
+    for _ in range(3):
+        ok = httpx.get(f"{env['url']}/v1/deployments", headers=key)
+        assert ok.status_code == 200, ok.text
+        assert ok.headers["x-ratelimit-limit-requests"] == "3"
+        seen.append(int(ok.headers["x-ratelimit-remaining-requests"]))
+    assert seen == [2, 1, 0]
+    refused = httpx.get(f"{env['url']}/v1/deployments", headers=key)
+    assert refused.status_code == 429
+    assert 1 <= int(refused.headers["Retry-After"]) <= 20  # one request every 20 s
+
+
+def test_cli_refuses_a_vanishing_rate(cli: Any) -> None:
+    r = cli("keys", "create", "--role", "client", "--rate", "1e-300/s")
+    assert r.exit_code != 0 and "at least 1/day" in r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1
