@@ -37,7 +37,14 @@ async def readyz(request: Request) -> JSONResponse:
     return JSONResponse({"status": "loading", "pending": pending}, status_code=503)
 
 
-@router.get("/metrics")
+@router.get(
+    "/metrics",
+    responses={
+        200: {"description": "Aggregates without credentials; every series with the token."},
+        401: {"description": "Neither the scrape token nor an API key."},
+        403: {"description": "An API key without 'read'."},
+    },
+)
 async def metrics(request: Request) -> Response:
     """Prometheus text exposition: aggregates for anyone, every series for the scrape token."""
     public = not _may_read_all(request)
