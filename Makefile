@@ -8,7 +8,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.aifab-installed
 PYTEST_ARGS ?= -n 2 --dist loadfile
 
-.PHONY: install browser demo test check lint bench-data bench-ingest bench-tracking clean
+.PHONY: install browser promtool demo test check lint bench-data bench-ingest bench-tracking clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -30,6 +30,16 @@ browser:
 	    echo "warning: could not install chromium: the browser tests will skip"; \
 	  else echo "warning: no chromium (apt-get install chromium): the browser tests will skip"; fi; }
 
+# The exported alert rules are unit-tested with promtool (Debian's prometheus package).
+promtool:
+	@command -v promtool >/dev/null 2>&1 || { \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    echo "installing Debian's prometheus (promtool) for the alert-rule tests"; \
+	    apt-get install -y -q prometheus >/dev/null 2>&1 || \
+	    { apt-get update -q >/dev/null && apt-get install -y -q prometheus >/dev/null; } || \
+	    echo "warning: could not install prometheus: the promtool tests will skip"; \
+	  else echo "warning: no promtool (apt-get install prometheus): the promtool tests will skip"; fi; }
+
 install: $(STAMP)
 
 demo: install
@@ -38,7 +48,7 @@ demo: install
 	@echo "or activate the venv first: . $(VENV)/bin/activate && aifab --help"
 
 # pytest exits 5 when it collected no tests: that is a failure here, not a pass.
-test: install browser
+test: install browser promtool
 	@$(PY) -m pytest $(PYTEST_ARGS); rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "error: pytest collected no tests"; exit 1; fi; exit $$rc
 

@@ -133,11 +133,12 @@ def test_an_infinite_rate_is_refused_over_http(env: dict[str, Any]) -> None:
 def _counts(env: dict[str, Any], family: str) -> dict[tuple[str, str, str], float]:
     text = httpx.get(f"{env['url']}/metrics").text
     fams = {f.name: f for f in text_string_to_metric_families(text)}
-    return {
-        (s.labels["route"], s.labels["method"], s.labels["status"]): s.value
-        for s in fams[family].samples
-        if s.name == f"{family}_total"
-    }
+    counts: dict[tuple[str, str, str], float] = {}
+    for s in fams[family].samples:  # the open view: summed over deployments already
+        if s.name == f"{family}_total":
+            label = (s.labels["route"], s.labels["method"], s.labels["status"])
+            counts[label] = counts.get(label, 0.0) + s.value
+    return counts
 
 
 def test_every_error_kind_reaches_the_metrics(env: dict[str, Any]) -> None:
@@ -171,7 +172,7 @@ def test_success_carries_rate_limit_headers(env: dict[str, Any]) -> None:
     r = httpx.post(f"{env['url']}/v1/predict/churn", json=env["one"], headers=auth(env, "metered"))
     assert r.status_code == 200, r.text
     assert r.headers["x-ratelimit-limit-requests"] == "600"
-    assert 0 <= int(r.headers["x-ratelimit-remaining-requests"]) <= 100  # a 10 s burst
+    assert 0 <= int(r.headers["x-ratelimit-remaining-requests"]) <= 600  # a minute's burst
     assert r.headers["x-ratelimit-reset-requests"].endswith("s")
     assert r.headers["x-ratelimit-limit-tokens"] == "1000"
     assert int(r.headers["x-ratelimit-remaining-tokens"]) <= 1000

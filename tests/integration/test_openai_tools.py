@@ -278,5 +278,5 @@ def test_responses_api_text_and_function_calls(client: openai.OpenAI) -> None:
         max_output_tokens=8,
     )
     assert follow_up.status in ("completed", "incomplete")
-    with pytest.raises(openai.UnprocessableEntityError):
+    with pytest.raises(openai.BadRequestError):
         client.responses.create(model="tiny", input="hi", tools=[{"type": "web_search"}])

@@ -223,7 +223,7 @@ def test_shifted_traffic_drifts_alerts_the_webhook_and_is_exported(env) -> None:
     fired = [b for b in Hook.received if b["body"]["group"] == "churn-shift"]
     assert fired and all(b["ok"] for b in fired)
     assert "data_drift" in {a["rule"] for a in fired[-1]["body"]["alerts"]}
-    text = httpx.get(c.base_url.join("/metrics")).text
+    text = c.get("/metrics").text  # with the admin key: every series
     samples = {
         (s.name, s.labels.get("monitor"), s.labels.get("name") or s.labels.get("column")): s.value
         for fam in text_string_to_metric_families(text)
@@ -319,7 +319,7 @@ def test_cli_shows_monitors_and_alerts(env, cli) -> None:
 def test_exported_rules_and_dashboard_name_only_exported_metrics(env, cli, tmp_path: Path) -> None:
     import yaml
 
-    from aifab.ops.export_rules import metric_names
+    from aifab.ops.export_rules import label_mismatches, metric_names
 
     r = cli("ops", "export-rules", "--out", tmp_path)
     assert r.exit_code == 0, r.stderr
@@ -331,11 +331,17 @@ def test_exported_rules_and_dashboard_name_only_exported_metrics(env, cli, tmp_p
     assert all(p["targets"][0]["expr"] for p in dash["panels"])
     # a labelled counter has samples once it counted something: make one error
     assert env["client"].post("/v1/predict/churn", json={"records": [{}]}).status_code == 422
-    text = httpx.get(env["client"].base_url.join("/metrics")).text
+    text = env["client"].get("/metrics").text  # with the admin key: every series
     exported = {s.name for fam in text_string_to_metric_families(text) for s in fam.samples}
     named = metric_names(rules) | metric_names(dash)
     assert "aifab_monitor_value" in named and "aifab_request_latency_seconds_bucket" in named
     assert named <= exported, named - exported
+    # and every label a query groups by, matches on or templates (issue 23 item 3)
+    labels_of: dict[str, set[str]] = {}
+    for fam in text_string_to_metric_families(text):
+        for sample in fam.samples:
+            labels_of.setdefault(sample.name, set()).update(sample.labels)
+    assert label_mismatches(labels_of) == []
 
 
 def test_pipeline_steps_monitor_and_gate(env, tmp_path: Path) -> None:

@@ -198,6 +198,30 @@ def export(
     emit(f"wrote {export_(ref, path, fmt)}", False)
 
 
+@app.command("publish")
+def publish(
+    ref: str = typer.Argument(..., help="NAME (its latest version) or NAME@VERSION."),
+    uri: str = typer.Argument(..., help="Table location: a directory or file:// URI."),
+    fmt: str = typer.Option("delta", "--format", help="Open table format: delta."),
+    history: bool = typer.Option(
+        False, "--history", help="Every version of NAME the table does not hold yet, in order."
+    ),
+    as_json: bool = typer.Option(False, "--json", help=JSON_HELP),
+) -> None:
+    """Publish versions as an open table (Delta Lake) whose versions follow aifab's."""
+    from aifab.core.errors import InvalidInputError
+    from aifab.data import publish_delta
+
+    if fmt != "delta":
+        raise InvalidInputError(f"--format {fmt!r}: only 'delta' is supported")
+    out = publish_delta(ref, uri, history=history)
+    if as_json:
+        emit(out, True)
+        return
+    done = ", ".join(f"{p['ref']} -> Delta version {p['delta_version']}" for p in out["published"])
+    emit(f"{out['uri']}: {done or 'nothing new to publish'}", False)
+
+
 @app.command("append")
 def append(
     name: str = typer.Argument(..., help="Dataset to append to (created if new)."),

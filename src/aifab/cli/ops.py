@@ -14,11 +14,11 @@ ops_app = typer.Typer(help="Operations: Prometheus alert rules and a Grafana das
 def export_rules_command(
     out: Path = typer.Option(Path("."), "--out", help="Directory to write the files into."),
 ) -> None:
-    """Write aifab-alerts.rules.yml (Prometheus) and aifab-dashboard.json (Grafana)."""
+    """Write aifab-alerts.rules.yml (Prometheus), its promtool tests and a Grafana dashboard."""
     from aifab.ops.export_rules import export_rules
 
     paths = export_rules(out)
-    sys.stdout.write(f"wrote {paths['rules']}\nwrote {paths['dashboard']}\n")
+    sys.stdout.write("".join(f"wrote {paths[k]}\n" for k in ("rules", "tests", "dashboard")))
 
 
 def register(app: typer.Typer) -> None:

@@ -12,7 +12,13 @@ from types import ModuleType
 from aifab.core.errors import AifabError
 
 #: Module -> the aifab extra that installs it.
-EXTRAS = {"ray": "ray", "kubernetes": "k8s", "pykeen": "kg", "psycopg": "postgres"}
+EXTRAS = {
+    "ray": "ray",
+    "kubernetes": "k8s",
+    "pykeen": "kg",
+    "psycopg": "postgres",
+    "deltalake": "delta",
+}
 
 
 class MissingExtraError(AifabError):

@@ -29,6 +29,11 @@ class Settings(BaseSettings):
     audit_key: SecretStr | None = Field(
         None, description="HMAC key of the audit chain (default: the workspace's audit.key file)."
     )
+    metrics_token: SecretStr | None = Field(
+        None,
+        description="Bearer token a Prometheus scraper sends to read /metrics in full (key ids, "
+        "deployment, monitor and rule names); without it /metrics shows only aggregates.",
+    )
     model_roots: str | None = Field(
         None,
         description="Directories (separated by ':') that deployments may load model directories "

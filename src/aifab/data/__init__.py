@@ -22,6 +22,7 @@ from aifab.data.catalog import (
     resolve,
 )
 from aifab.data.clean import CleanSpec, clean
+from aifab.data.delta import publish_delta
 from aifab.data.features import FeatureSpec, FeatureTransform, fit_features, load_feature_transform
 from aifab.data.ingest import IngestOptions, IngestResult, ingest
 from aifab.data.label import (
@@ -53,6 +54,7 @@ __all__ = [
     "VersionInfo",
     "append_records",
     "clean",
+    "publish_delta",
     "commit_query",
     "commit_staged",
     "count_quarantine",

@@ -16,7 +16,14 @@ import yaml
 
 from aifab.core.atomic import atomic_write_text
 
-__all__ = ["alert_rules", "dashboard", "export_rules", "metric_names"]
+__all__ = [
+    "alert_rules",
+    "dashboard",
+    "expressions",
+    "export_rules",
+    "label_mismatches",
+    "metric_names",
+]
 
 
 def alert_rules() -> dict[str, Any]:
@@ -74,12 +81,25 @@ def alert_rules() -> dict[str, Any]:
             {
                 "name": "aifab-serving",
                 "rules": [
+                    # Model failures: 5xx answers of a deployment (a model that raised, one
+                    # not loaded). Clients' 401/403/404/429 are their own mistakes, not ours.
                     rule(
                         "AifabHighErrorRate",
-                        "sum by (deployment) (rate(aifab_errors_total[5m])) / "
-                        "sum by (deployment) (rate(aifab_requests_total[5m])) > 0.05",
+                        "sum by (deployment) "
+                        '(rate(aifab_requests_total{deployment!="",status=~"5.."}[5m])) / '
+                        'sum by (deployment) (rate(aifab_requests_total{deployment!=""}[5m])) '
+                        "> 0.05",
                         "critical",
-                        "More than 5% errors on {{ $labels.deployment }}",
+                        "More than 5% of the requests to {{ $labels.deployment }} failed "
+                        "(server errors)",
+                    ),
+                    # Server errors on routes without a deployment (keys, data, admin).
+                    rule(
+                        "AifabServerErrors",
+                        'sum by (route) (rate(aifab_requests_total{deployment="",'
+                        'status=~"5.."}[5m])) > 0',
+                        "warning",
+                        "Server errors on {{ $labels.route }}",
                     ),
                     rule(
                         "AifabHighLatencyP99",
@@ -115,7 +135,10 @@ def _panel(pid: int, title: str, exprs: list[str], x: int, y: int) -> dict[str, 
 def dashboard() -> dict[str, Any]:
     """A Grafana dashboard (JSON model) of serving and monitoring."""
     panels = [
-        ("Requests per second", ["sum by (deployment) (rate(aifab_requests_total[5m]))"]),
+        (
+            "Requests per second",
+            ['sum by (deployment) (rate(aifab_requests_total{deployment!=""}[5m]))'],
+        ),
         (
             "p99 latency (s)",
             [
@@ -123,7 +146,7 @@ def dashboard() -> dict[str, Any]:
                 "(rate(aifab_request_latency_seconds_bucket[5m])))"
             ],
         ),
-        ("Errors per second", ["sum by (deployment, code) (rate(aifab_errors_total[5m]))"]),
+        ("Errors per second", ["sum by (deployment, status) (rate(aifab_errors_total[5m]))"]),
         ("Drifted share of columns", ['aifab_monitor_value{name="drift_share"}']),
         ("Drifted columns", ["aifab_monitor_column_drift == 1"]),
         ("Labelled accuracy", ['aifab_monitor_value{name="accuracy"}']),
@@ -155,11 +178,61 @@ def metric_names(obj: Any) -> set[str]:
     return set(_METRIC.findall(text))
 
 
+_BY = re.compile(r"\bby\s*\(([^)]*)\)")
+_MATCHER = re.compile(r"([a-z_]+)\s*(?:=~|!~|!=|=)\s*\"")
+_TEMPLATE = re.compile(r"\$labels\.([a-z_]+)")
+
+
+def expressions() -> list[tuple[str, str, str]]:
+    """Every query exported: ``(where, expr, annotation text)`` of each rule and panel."""
+    out = []
+    for group in alert_rules()["groups"]:
+        for rule in group["rules"]:
+            out.append((rule["alert"], rule["expr"], json.dumps(rule["annotations"])))
+    for panel in dashboard()["panels"]:
+        out.extend((panel["title"], t["expr"], "") for t in panel["targets"])
+    return out
+
+
+def label_mismatches(labels_of: dict[str, set[str]]) -> list[str]:
+    """The exported queries that name a metric or a label a live server does not export.
+
+    Args:
+        labels_of: each metric sample name of a live ``/metrics`` -> the label names it has.
+
+    Returns:
+        One line per problem (empty when every query matches): a metric missing, a ``by`` or
+        matcher label the metric lacks, or an annotation's ``$labels.x`` the alert lacks.
+    """
+    problems = []
+    for where, expr, notes in expressions():
+        grouped = {x.strip() for m in _BY.findall(expr) for x in m.split(",") if x.strip()}
+        wanted = grouped | set(_MATCHER.findall(expr))
+        for metric in _METRIC.findall(expr):
+            if metric not in labels_of:
+                problems.append(f"{where}: {metric} is not exported")
+                continue
+            if wanted - labels_of[metric]:
+                problems.append(f"{where}: {metric} lacks {sorted(wanted - labels_of[metric])}")
+            missing = set(_TEMPLATE.findall(notes)) - (grouped or labels_of[metric])
+            if missing:
+                problems.append(f"{where}: {metric}: the alert carries no {sorted(missing)}")
+    return problems
+
+
 def export_rules(out_dir: Path | str) -> dict[str, str]:
-    """Write ``aifab-alerts.rules.yml`` and ``aifab-dashboard.json`` into ``out_dir``."""
+    """Write the alert rules, their promtool tests and the Grafana dashboard into ``out_dir``.
+
+    ``aifab-alerts.rules.yml``, ``aifab-alerts.test.yml`` (run ``promtool test rules`` on it
+    there) and ``aifab-dashboard.json``.
+    """
+    from aifab.ops.rule_tests import RULES_FILE, rule_tests
+
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    rules_path, dash_path = out / "aifab-alerts.rules.yml", out / "aifab-dashboard.json"
+    rules_path, dash_path = out / RULES_FILE, out / "aifab-dashboard.json"
+    tests_path = out / "aifab-alerts.test.yml"
     atomic_write_text(rules_path, yaml.safe_dump(alert_rules(), sort_keys=False, width=120))
+    atomic_write_text(tests_path, yaml.safe_dump(rule_tests(), sort_keys=False, width=120))
     atomic_write_text(dash_path, json.dumps(dashboard(), indent=2) + "\n")
-    return {"rules": str(rules_path), "dashboard": str(dash_path)}
+    return {"rules": str(rules_path), "tests": str(tests_path), "dashboard": str(dash_path)}

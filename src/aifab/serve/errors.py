@@ -1,7 +1,9 @@
 """One JSON error shape for every route (OpenAI's, so its SDKs read our errors too).
 
 ``{"error": {"message": ..., "type": ..., "param": ..., "code": ...}}``. Bad input is a 4xx
-naming the field; an unexpected failure is a 500 that names no internals.
+naming the field; an unexpected failure is a 500 that names no internals. On the OpenAI routes
+bad input is a 400 ``invalid_request_error``, as OpenAI answers it (its SDKs raise
+``BadRequestError``); aifab's own routes keep 422.
 """
 
 from __future__ import annotations
@@ -33,6 +35,17 @@ _TYPES = {
     429: "rate_limit_error",
     503: "unavailable_error",
 }
+
+
+#: Routes that answer invalid input as OpenAI does: 400, not 422.
+OPENAI_ROUTES = frozenset(
+    {"/v1/chat/completions", "/v1/completions", "/v1/embeddings", "/v1/responses"}
+)
+
+
+def _openai_status(request: Request, status: int) -> int:
+    """``status`` as answered on ``request``'s route: a 422 is OpenAI's 400 on its routes."""
+    return 400 if status == 422 and request.url.path.rstrip("/") in OPENAI_ROUTES else status
 
 
 class ApiError(Exception):
@@ -113,18 +126,20 @@ def _field(loc: tuple[Any, ...]) -> str:
     return out or "body"
 
 
-async def _api_error(_: Request, exc: Exception) -> JSONResponse:
+async def _api_error(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, ApiError)
-    return _response(exc.status, exc.message, param=exc.param, code=exc.code, headers=exc.headers)
+    status = _openai_status(request, exc.status)
+    return _response(status, exc.message, param=exc.param, code=exc.code, headers=exc.headers)
 
 
-async def _aifab_error(_: Request, exc: Exception) -> JSONResponse:
+async def _aifab_error(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, AifabError)
-    status = _status(exc)
-    return _response(status, str(exc) if status < 500 else "internal error")
+    error = as_api_error(exc)
+    status = _openai_status(request, error.status)
+    return _response(status, str(exc) if status < 500 else "internal error", param=error.param)
 
 
-async def _validation_error(_: Request, exc: Exception) -> JSONResponse:
+async def _validation_error(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, RequestValidationError)
     errors = list(exc.errors())
     first = errors[0] if errors else {"loc": (), "msg": "invalid request", "type": ""}
@@ -132,7 +147,8 @@ async def _validation_error(_: Request, exc: Exception) -> JSONResponse:
         return _response(400, f"malformed JSON: {first.get('msg', '')}".rstrip(": "))
     field = _field(tuple(first.get("loc", ())))
     more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
-    return _response(422, f"{field}: {first.get('msg', 'invalid')}{more}", param=field)
+    status = _openai_status(request, 422)
+    return _response(status, f"{field}: {first.get('msg', 'invalid')}{more}", param=field)
 
 
 async def _http_error(_: Request, exc: Exception) -> JSONResponse:

@@ -16,10 +16,12 @@ from fastapi import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from aifab.serve.errors import ApiError
+from aifab.serve.limits import capacity
 
 __all__ = [
     "BODY_CAPS",
     "DEFAULT_BODY_CAP",
+    "DEPLOYMENT_STATE_KEY",
     "PREAUTH_BYTES",
     "RefusedError",
     "RequestGuard",
@@ -44,6 +46,8 @@ DEFAULT_BODY_CAP = 1 * _MIB
 PREAUTH_BYTES = 64 * 1024
 #: Where the principal authenticated here waits for the route's ``require`` dependency.
 PRINCIPAL_SCOPE_KEY = "aifab.principal"
+#: Where a route leaves the deployment that answered (``request.state``), for the metrics.
+DEPLOYMENT_STATE_KEY = "aifab_deployment"
 #: The route label of a request no route matched (404/405), so scanners cannot grow the labels.
 UNMATCHED = "unmatched"
 
@@ -96,8 +100,9 @@ class RequestGuard:
             if metrics is not None:
                 metrics.in_flight.dec()
                 route = getattr(scope.get("route"), "path", None) or UNMATCHED
+                deployment = scope.get("state", {}).get(DEPLOYMENT_STATE_KEY, "")
                 metrics.observe_response(
-                    route, scope["method"], status, time.perf_counter() - started
+                    route, scope["method"], status, time.perf_counter() - started, deployment
                 )
 
 
@@ -196,7 +201,8 @@ def _with_limit_headers(app: Any, scope: Scope, message: Message) -> Message:
     limiter = getattr(app.state, "limiter", None)
     if key.rate_per_min is not None and limiter is not None:
         remaining, reset = limiter.remaining(key.id, key.rate_per_min)
-        extra += _limit_headers("requests", round(key.rate_per_min), remaining, reset)
+        # The limit is what the bucket holds (a minute's worth, at least 1): remaining <= it.
+        extra += _limit_headers("requests", int(capacity(key.rate_per_min)), remaining, reset)
     quota = getattr(app.state, "quota", None)
     if key.token_quota_day is not None and quota is not None:
         left = max(0, key.token_quota_day - quota.used(key.id))

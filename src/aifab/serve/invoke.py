@@ -20,6 +20,7 @@ from fastapi import Request
 
 from aifab.core.errors import AifabError
 from aifab.serve.errors import ApiError, as_api_error
+from aifab.serve.guard import DEPLOYMENT_STATE_KEY
 
 log = logging.getLogger("aifab.serve")
 
@@ -98,6 +99,8 @@ def record(
     """
     latency = time.perf_counter() - started
     state = request.app.state
+    # The guard labels this response's aifab_requests/aifab_errors with it.
+    setattr(request.state, DEPLOYMENT_STATE_KEY, deployment)
     key = key_id(request)
     route = route or route_name(request)
     metrics = getattr(state, "metrics", None)

@@ -69,6 +69,12 @@ _PER_MINUTE = {
 _NONE = ("none", "unlimited", "")
 #: The largest finite rate a key may have (one million requests a second).
 MAX_RATE_PER_MIN = 60_000_000.0
+#: The smallest rate a key may have (one request a day): slower would answer a Retry-After of
+#: centuries; a key that should not call at all is revoked instead.
+MIN_RATE_PER_MIN = 1 / 1440
+#: The largest daily token quota (a million tokens a second all day, far under SQLite's and
+#: PostgreSQL's 64-bit integers, so sums of usage never overflow); above it, use 'none'.
+MAX_TOKEN_QUOTA = 10**11
 
 
 @dataclass(frozen=True)
@@ -92,7 +98,8 @@ def hash_secret(secret: str) -> str:
 def parse_rate(rate: str | float | None) -> float | None:
     """A rate limit as requests per minute: ``600/min``, ``10/s``, ``1000/h``; ``none``: no limit.
 
-    A bare number is per minute.
+    A bare number is per minute. Between 1/day and 1,000,000/s. A key may burst a minute's worth
+    (``3/min``: 3 requests at once; see :mod:`aifab.serve.limits`).
 
     Raises:
         InvalidInputError: not ``N/unit`` with N > 0 and unit s, min, h or day.
@@ -121,6 +128,8 @@ def parse_rate(rate: str | float | None) -> float | None:
         raise InvalidInputError(
             f"rate {rate!r}: at most {MAX_RATE_PER_MIN / 60:g}/s; use 'none' for no limit"
         )
+    if per_min < MIN_RATE_PER_MIN * (1 - 1e-9):  # 1/day itself, rounded, still passes
+        raise InvalidInputError(f"rate {rate!r}: at least 1/day; revoke a key to stop it")
     return per_min
 
 
@@ -179,11 +188,18 @@ def parse_quota(quota: str | int | None) -> int | None:
         if text in _NONE:
             return None
         amount, sep, unit = text.partition("/")
-        if (sep and unit.strip() not in ("day", "d")) or not amount.strip().isdigit():
+        if (sep and unit.strip() not in ("day", "d")) or not amount.strip().isdecimal():
             raise InvalidInputError(f"token quota {quota!r}: expected N/day or 'none'")
-        value = int(amount)
+        # More digits than the largest quota has: too large (and int() of 4,300+ digits raises).
+        digits = amount.strip().lstrip("0") or "0"
+        value = int(digits) if len(digits) <= len(str(MAX_TOKEN_QUOTA)) else MAX_TOKEN_QUOTA + 1
     if value <= 0:
         raise InvalidInputError(f"token quota {quota!r}: must be > 0 (or 'none')")
+    if value > MAX_TOKEN_QUOTA:
+        raise InvalidInputError(
+            f"token quota {str(quota)[:40]!r}: at most {MAX_TOKEN_QUOTA} tokens a day; "
+            "use 'none' for no quota"
+        )
     return value
 
 

@@ -1,7 +1,10 @@
 """Per-key limits of the gateway: a token-bucket rate limiter and daily token quotas.
 
-The bucket of a key holds 10 seconds' worth of its rate (at least one request) and refills
-continuously, so a key at 600/min may burst 100 requests, then gets 10 a second. Token use is
+The bucket of a key holds one minute's worth of its rate (at least one request) and refills
+continuously, so ``N/min`` reads as users read it: a key at 3/min may make 3 requests at once,
+then one every 20 s; a key at 600/min bursts 600, then gets 10 a second (``10/s`` is the same
+rate: 600/min). ``x-ratelimit-limit-requests`` is that capacity, ``-remaining-`` the whole
+requests in the bucket, ``-reset-`` the time until it is full again. Token use is
 counted in memory and flushed to ``key_usage`` (per key and UTC day) by a background thread; a
 request of a key with a quota first reserves its most tokens there with one atomic conditional
 UPDATE (exact across server processes), and is charged what it really used when it ends.
@@ -29,6 +32,7 @@ from aifab.serve.tables import ApiKeyRow, KeyUsageRow
 __all__ = [
     "BURST_SECONDS",
     "RateLimiter",
+    "capacity",
     "Reservation",
     "TokenQuota",
     "retry_after",
@@ -37,8 +41,13 @@ __all__ = [
 
 log = logging.getLogger("aifab.serve.limits")
 
-#: A bucket holds this many seconds' worth of a key's rate.
-BURST_SECONDS = 10.0
+#: A bucket holds this many seconds' worth of a key's rate: ``N/min`` allows a burst of N.
+BURST_SECONDS = 60.0
+
+
+def capacity(rate_per_min: float) -> float:
+    """Requests a key's bucket holds when full: a minute's worth, at least one."""
+    return max(1.0, rate_per_min / 60.0 * BURST_SECONDS)
 
 
 def retry_after(seconds: float) -> str:
@@ -79,11 +88,11 @@ class RateLimiter:
         if rate_per_min is None:
             return None
         per_s = rate_per_min / 60.0
-        capacity = max(1.0, per_s * BURST_SECONDS)
+        full = capacity(rate_per_min)
         now = self._clock()
         with self._lock:
-            tokens, last = self._buckets.get(key_id, (capacity, now))
-            tokens = min(capacity, tokens + (now - last) * per_s)
+            tokens, last = self._buckets.get(key_id, (full, now))
+            tokens = min(full, tokens + (now - last) * per_s)
             if tokens >= 1.0:
                 self._buckets[key_id] = (tokens - 1.0, now)
                 return None
@@ -93,12 +102,12 @@ class RateLimiter:
     def remaining(self, key_id: str, rate_per_min: float) -> tuple[int, float]:
         """Read-only: whole requests left in the key's bucket now, and seconds until it is full."""
         per_s = rate_per_min / 60.0
-        capacity = max(1.0, per_s * BURST_SECONDS)
+        full = capacity(rate_per_min)
         now = self._clock()
         with self._lock:
-            tokens, last = self._buckets.get(key_id, (capacity, now))
-        tokens = min(capacity, tokens + (now - last) * per_s)
-        return int(tokens), (capacity - tokens) / per_s
+            tokens, last = self._buckets.get(key_id, (full, now))
+        tokens = min(full, tokens + (now - last) * per_s)
+        return int(tokens), (full - tokens) / per_s
 
 
 @dataclass(frozen=True)

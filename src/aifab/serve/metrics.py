@@ -1,7 +1,10 @@
 """The server's Prometheus metrics: requests, latency, batch sizes, tokens and errors.
 
-Every response is counted by route template, method and status (the request guard middleware
-sees all of them, 401s and 404s included); model routes add per-deployment and per-key counts.
+Every response is counted by route template, method, status and deployment (the request guard
+middleware sees all of them, 401s and 404s included; ``deployment`` is the one that answered,
+empty on routes without one or when none was reached); model routes add per-key counts.
+Unauthenticated scrapers see :meth:`Metrics.render` ``public=True``: no key ids, deployment,
+monitor or rule names (see ``serve/routes/health.py``).
 Every metric lives on the app's own registry (several apps in one process do not collide).
 Label children are bound once per label tuple and cached: ``labels()`` costs a lock and a
 dict lookup per call, which is measurable on the request path.
@@ -11,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+from collections.abc import Iterator
 from typing import Any
 
 from prometheus_client import (
@@ -24,6 +28,7 @@ from prometheus_client import (
     disable_created_metrics,
     generate_latest,
 )
+from prometheus_client.metrics_core import Metric
 
 __all__ = ["LATENCY_BUCKETS", "Metrics"]
 
@@ -62,14 +67,16 @@ class Metrics:
         r = self.registry
         self.requests = Counter(
             "aifab_requests",
-            "Every response, by route template, method and HTTP status.",
-            ["route", "method", "status"],
+            "Every response, by route template, method, HTTP status and the deployment that "
+            "answered (empty when none did).",
+            ["route", "method", "status", "deployment"],
             registry=r,
         )
         self.errors = Counter(
             "aifab_errors",
-            "Responses with a 4xx or 5xx status, by route template, method and HTTP status.",
-            ["route", "method", "status"],
+            "Responses with a 4xx or 5xx status, by route template, method, HTTP status and "
+            "deployment (empty when none answered).",
+            ["route", "method", "status", "deployment"],
             registry=r,
         )
         self.duration = Histogram(
@@ -140,13 +147,19 @@ class Metrics:
             child = self._children[key] = metric.labels(*labels)
         return child
 
-    def observe_response(self, route: str, method: str, status: int, latency_s: float) -> None:
-        """Count one HTTP response (any route, any status) and its duration."""
+    def observe_response(
+        self, route: str, method: str, status: int, latency_s: float, deployment: str = ""
+    ) -> None:
+        """Count one HTTP response (any route, any status) and its duration.
+
+        ``deployment`` is the deployment that answered (set by the route once it resolved one,
+        so an unauthenticated caller cannot add label values), or empty.
+        """
         code = str(status)
-        self._child(self.requests, (route, method, code)).inc()
+        self._child(self.requests, (route, method, code, deployment)).inc()
         self._child(self.duration, (route, method)).observe(latency_s)
         if status >= 400:
-            self._child(self.errors, (route, method, code)).inc()
+            self._child(self.errors, (route, method, code, deployment)).inc()
 
     def observe_request(
         self, deployment: str, route: str, status: int, key: str, latency_s: float
@@ -217,13 +230,47 @@ class Metrics:
             return registry
         return self.registry
 
-    def render(self) -> bytes:
+    def render(self, *, public: bool = False) -> bytes:
         """The Prometheus text exposition of every metric.
 
         Under ``aifab serve --workers`` prometheus_client keeps the values of every process
         in files; they are added up here, whichever process answers.
+
+        Args:
+            public: the view of an unauthenticated scraper: series are summed over the labels
+                that name keys, deployments, monitors and rules; gauges that carry one (a
+                value per name does not add up) are left out.
         """
-        return generate_latest(self._collecting_registry())
+        registry = self._collecting_registry()
+        return generate_latest(_PublicView(registry) if public else registry)
+
+
+#: Labels whose values name keys, deployments, monitors or alert rules.
+PRIVATE_LABELS = frozenset({"key", "deployment", "monitor", "rule"})
+_SUMMABLE = frozenset({"counter", "histogram", "summary"})
+
+
+class _PublicView:
+    """A registry's metrics without the labels an unauthenticated scraper may not read."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self._registry = registry
+
+    def collect(self) -> Iterator[Metric]:
+        for family in self._registry.collect():
+            if not any(PRIVATE_LABELS.intersection(s.labels) for s in family.samples):
+                yield family
+                continue
+            if family.type not in _SUMMABLE:
+                continue
+            sums: dict[tuple[str, tuple[tuple[str, str], ...]], float] = {}
+            for sample in family.samples:
+                kept = tuple((k, v) for k, v in sample.labels.items() if k not in PRIVATE_LABELS)
+                sums[(sample.name, kept)] = sums.get((sample.name, kept), 0.0) + sample.value
+            out = Metric(family.name, family.documentation, family.type, family.unit)
+            for (name, labels), value in sums.items():
+                out.add_sample(name, dict(labels), value)
+            yield out
 
 
 def _bucket_label(low: float, high: float) -> str:

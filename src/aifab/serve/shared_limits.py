@@ -16,7 +16,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from aifab.serve.limits import BURST_SECONDS
+from aifab.serve.limits import capacity
 
 __all__ = ["SharedRateLimiter"]
 
@@ -77,7 +77,7 @@ class SharedRateLimiter:
         if rate_per_min is None:
             return None
         per_s = rate_per_min / 60.0
-        capacity = max(1.0, per_s * BURST_SECONDS)
+        full = capacity(rate_per_min)
         digest = hashlib.blake2b(key_id.encode(), digest_size=16).digest()
         fcntl.flock(self._fd, fcntl.LOCK_EX)
         try:
@@ -85,8 +85,8 @@ class SharedRateLimiter:
             i = self._slot(digest, now)
             key, tokens, last = _SLOT.unpack_from(self._map, i * _SLOT.size)
             if key != digest:
-                tokens, last = capacity, now
-            tokens = min(capacity, tokens + max(0.0, now - last) * per_s)
+                tokens, last = full, now
+            tokens = min(full, tokens + max(0.0, now - last) * per_s)
             allowed = tokens >= 1.0
             if allowed:
                 tokens -= 1.0
@@ -102,7 +102,7 @@ class SharedRateLimiter:
         shared file (the ``x-ratelimit-*`` headers of every worker agree).
         """
         per_s = rate_per_min / 60.0
-        capacity = max(1.0, per_s * BURST_SECONDS)
+        full = capacity(rate_per_min)
         digest = hashlib.blake2b(key_id.encode(), digest_size=16).digest()
         fcntl.flock(self._fd, fcntl.LOCK_SH)
         try:
@@ -111,9 +111,9 @@ class SharedRateLimiter:
         finally:
             fcntl.flock(self._fd, fcntl.LOCK_UN)
         if key != digest:
-            tokens, last = capacity, now
-        tokens = min(capacity, tokens + max(0.0, now - last) * per_s)
-        return int(tokens), (capacity - tokens) / per_s
+            tokens, last = full, now
+        tokens = min(full, tokens + max(0.0, now - last) * per_s)
+        return int(tokens), (full - tokens) / per_s
 
     def close(self) -> None:
         """Unmap and close the file."""

@@ -24,6 +24,7 @@ import yaml
 
 from aifab.core.registry import load_target
 from aifab.core.workspace import get_workspace
+from aifab.track.model_wheel import WHEELS_DIR, write_aifab_wheel
 
 #: Flavor name under which ``MLmodel`` records the aifab model directory.
 FLAVOR = "aifab"
@@ -33,25 +34,45 @@ SIDECAR_FILE = "aifab-model.json"
 _LOAD_MODULE = "aifab.models.checkpoint:load_model"
 _CLASSIFIERS = ("mlp", "cnn", "transformer-classifier")
 _LMS = ("causal-lm", "hf-causal-lm")
-_MLFLOW_TYPES = {"integer": "long", "number": "double", "boolean": "boolean"}
+#: Columns MLflow checks by type: text only. Numbers, booleans and dates are declared ``Any``:
+#: MLflow's enforcement refuses int64 for ``double`` ("Can not safely convert int64 to
+#: float64": every whole-number income ``pd.read_csv`` reads), 41.0 for ``long`` and parsed
+#: dates for ``string``, all of which ``/v1/predict`` takes; aifab's handler checks each value
+#: as it checks an HTTP request (and names the column when one is wrong).
+_CHECKED_BY_MLFLOW = {"string": "string"}
 _EXAMPLE_VALUES: dict[str, Any] = {
     "integer": 1,
     "number": 1.0,
     "boolean": False,
     "date": "2024-01-01",
 }
-#: What loading the pyfunc needs; passed explicitly (inferring costs seconds per log).
-_REQUIREMENTS = ("aifab", "mlflow", "torch", "transformers", "safetensors", "duckdb", "pyarrow")
+#: What loading the pyfunc needs besides aifab (its wheel): passed explicitly (inferring costs
+#: seconds per log). aifab's other dependencies come from the wheel's metadata.
+_REQUIREMENTS = ("mlflow", "torch", "transformers", "safetensors", "duckdb", "pyarrow")
 
 
 def _pinned(names: tuple[str, ...]) -> list[str]:
+    """``name==version`` of each installed package, without a local version label.
+
+    ``torch==2.13.0+cpu`` names a build only PyTorch's own index has; ``torch==2.13.0`` is
+    on PyPI (and on PyTorch's CPU index, for whoever adds it with ``--extra-index-url``).
+    """
     pins = []
     for name in names:
         try:
-            pins.append(f"{name}=={version(name)}")
+            pins.append(f"{name}=={version(name).split('+', 1)[0]}")
         except PackageNotFoundError:
             pins.append(name)
     return pins
+
+
+def model_requirements(wheel: str) -> list[str]:
+    """The pip requirements of an aifab MLflow model.
+
+    Its aifab wheel (a path inside the model directory) and the pinned packages loading it
+    needs.
+    """
+    return [wheel, *_pinned(_REQUIREMENTS)]
 
 
 def aifab_model_dir(mlflow_model_dir: Path) -> Path | None:
@@ -68,11 +89,14 @@ def _signature(describe: Mapping[str, Any]) -> tuple[Any, Any]:
     """MLflow signature and an input example (None when none can be made) for a handler."""
     from mlflow.models import ModelSignature
     from mlflow.types import ColSpec, ParamSchema, ParamSpec, Schema
+    from mlflow.types.schema import AnyType
 
     kind = describe.get("kind")
     if kind == "classifier":
         cols = list(describe.get("input_columns") or [])
-        schema = Schema([ColSpec(_MLFLOW_TYPES.get(c["type"], "string"), c["name"]) for c in cols])
+        schema = Schema(
+            [ColSpec(_CHECKED_BY_MLFLOW.get(c["type"]) or AnyType(), c["name"]) for c in cols]
+        )
         example = None
         if describe.get("modality") == "tabular":
             example = [{c["name"]: _EXAMPLE_VALUES.get(c["type"], "a") for c in cols}]
@@ -102,7 +126,7 @@ def _native_flavor(model_dir: Path, builder: str, scratch: Path) -> tuple[str, d
             module,
             scratch,
             serialization_format="pickle",
-            pip_requirements=_pinned(_REQUIREMENTS),
+            pip_requirements=_pinned(_REQUIREMENTS),  # its own files are not kept
         )
         flavor = "pytorch"
     elif builder in _LMS:
@@ -142,15 +166,22 @@ def build_mlflow_model(
     loaded = loaded or load_target(LOADER)(str(model_dir))
     signature, example = _signature(loaded.handler.describe())
     builder = str(loaded.sidecar.get("builder"))
-    mlflow.pyfunc.save_model(
-        dst,
-        python_model=str(Path(__file__).with_name("pyfunc_code.py")),
-        artifacts={ARTIFACT_KEY: str(model_dir)},
-        signature=signature,
-        input_example=example,
-        pip_requirements=_pinned(_REQUIREMENTS),
-        mlflow_model=Model(run_id=run_id, model_id=model_id),
-    )
+    wheels = Path(tempfile.mkdtemp(prefix="wheel-", dir=get_workspace().tmp))
+    try:
+        wheel = write_aifab_wheel(wheels)
+        mlflow.pyfunc.save_model(
+            dst,
+            python_model=str(Path(__file__).with_name("pyfunc_code.py")),
+            artifacts={ARTIFACT_KEY: str(model_dir)},
+            signature=signature,
+            input_example=example,
+            pip_requirements=model_requirements(f"{WHEELS_DIR}/{wheel.name}"),
+            mlflow_model=Model(run_id=run_id, model_id=model_id),
+        )
+        (dst / WHEELS_DIR).mkdir()
+        shutil.copy2(wheel, dst / WHEELS_DIR / wheel.name)
+    finally:
+        shutil.rmtree(wheels, ignore_errors=True)
     mlmodel = Model.load(dst / "MLmodel")
     inner = mlmodel.flavors["python_function"]["artifacts"][ARTIFACT_KEY]["path"]
     mlmodel.add_flavor(FLAVOR, model_dir=inner, builder=builder, format="aifab-model/1")

@@ -21,17 +21,37 @@ ARTIFACT_KEY = "model"
 LOADER = "aifab.inference.loading:load_model_directory"
 
 
-def records_of(model_input: Any) -> list[dict[str, Any]]:
+def records_of(model_input: Any, dates: frozenset[str] = frozenset()) -> list[dict[str, Any]]:
     """JSON-native records of a DataFrame, a list of records or one record.
 
     A DataFrame goes through JSON so its numpy scalars, NaN and timestamps reach the handler as
-    the same values an HTTP request would carry.
+    the same values an HTTP request would carry. Its ``dates`` columns, parsed as pandas,
+    polars or Arrow parse them (datetime64 of any unit, ``datetime.date`` objects), become
+    ``YYYY-MM-DD`` text, as ``/v1/predict`` takes dates.
     """
     if hasattr(model_input, "to_json"):
-        return list(json.loads(model_input.to_json(orient="records", date_format="iso")))
+        frame = _dates_as_text(model_input, dates)
+        return list(json.loads(frame.to_json(orient="records", date_format="iso")))
     if isinstance(model_input, dict):
         return [model_input]
     return [dict(r) for r in model_input]
+
+
+def _dates_as_text(frame: Any, dates: frozenset[str]) -> Any:
+    import datetime as dt
+
+    import pandas as pd
+
+    changed = {}
+    for name in dates.intersection(frame.columns):
+        col = frame[name]
+        if pd.api.types.is_datetime64_any_dtype(col):
+            changed[name] = col.dt.strftime("%Y-%m-%d").astype(object).where(col.notna(), None)
+        elif col.dtype == object:
+            changed[name] = col.map(
+                lambda v: v.isoformat()[:10] if isinstance(v, dt.date) else v
+            ).astype(object)
+    return frame.assign(**changed) if changed else frame
 
 
 class AifabPythonModel(PythonModel):
@@ -47,6 +67,8 @@ class AifabPythonModel(PythonModel):
         loaded = load_target(LOADER)(str(context.artifacts[ARTIFACT_KEY]))
         self.handler = loaded.handler
         self.kind = str(loaded.handler.kind)
+        columns = loaded.handler.describe().get("input_columns") or []
+        self.dates = frozenset(c["name"] for c in columns if c.get("type") == "date")
 
     def predict(
         self, context: Any, model_input: Any, params: dict[str, Any] | None = None
@@ -59,7 +81,7 @@ class AifabPythonModel(PythonModel):
                 ``prompt`` column. Embeddings: rows with an ``input`` column.
             params: LM generation parameters (``max_tokens``, ``temperature``, ...).
         """
-        records = records_of(model_input)
+        records = records_of(model_input, getattr(self, "dates", frozenset()))
         if self.kind == "classifier":
             payload: dict[str, Any] = {"records": records}
         elif self.kind == "lm":

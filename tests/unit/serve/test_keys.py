@@ -12,6 +12,7 @@ from aifab.core.audit import list_events
 from aifab.core.db import session_scope
 from aifab.core.errors import InvalidInputError, NotFoundError
 from aifab.serve.keys import (
+    MAX_TOKEN_QUOTA,
     PERMISSIONS,
     ROLES,
     KeyInfo,
@@ -56,7 +57,19 @@ def test_parse_rate(text: object, per_min: float | None) -> None:
 
 @pytest.mark.parametrize(
     "bad",
-    ["0/min", "-5/min", "ten/min", "5/fortnight", "inf/min", "/min", "1e308/s", "nan/s", "1e12/s"],
+    [
+        "0/min",
+        "-5/min",
+        "ten/min",
+        "5/fortnight",
+        "inf/min",
+        "/min",
+        "1e308/s",
+        "nan/s",
+        "1e12/s",
+        "1e-300/s",  # issue 19 item 13: accepted, then a 301-digit Retry-After
+        "0.5/day",
+    ],
 )
 def test_parse_rate_rejects(bad: str) -> None:
     with pytest.raises(InvalidInputError, match="rate"):
@@ -68,7 +81,11 @@ def test_parse_quota() -> None:
     assert parse_quota("1000") == 1000
     assert parse_quota(50) == 50
     assert parse_quota("none") is None
-    for bad in ("0", "-1/day", "10/hour", "lots", True):
+    assert parse_quota(f"{MAX_TOKEN_QUOTA}/day") == MAX_TOKEN_QUOTA
+    assert parse_rate("1/day") == pytest.approx(1 / 1440)
+    # issue 19 item 13: a 23-digit quota was stored and overflowed the DB (HTTP 500)
+    too_big = ("99999999999999999999999/day", 10**23, "9" * 5000, MAX_TOKEN_QUOTA + 1, "²")
+    for bad in ("0", "-1/day", "10/hour", "lots", True, *too_big):
         with pytest.raises(InvalidInputError, match="token quota"):
             parse_quota(bad)  # type: ignore[arg-type]
 

@@ -9,7 +9,14 @@ import pytest
 from aifab.core.db import session_scope
 from aifab.serve.errors import ApiError
 from aifab.serve.keys import KeyInfo, create_key, get_key
-from aifab.serve.limits import BURST_SECONDS, RateLimiter, TokenQuota, retry_after, utc_day
+from aifab.serve.limits import (
+    BURST_SECONDS,
+    RateLimiter,
+    TokenQuota,
+    capacity,
+    retry_after,
+    utc_day,
+)
 from aifab.serve.tables import KeyUsageRow
 
 
@@ -23,10 +30,11 @@ class Clock:
         return self.t
 
 
-def test_bucket_bursts_ten_seconds_worth_then_refills() -> None:
+def test_bucket_bursts_a_minutes_worth_then_refills() -> None:
     clock = Clock()
     limiter = RateLimiter(clock=clock)
-    burst = int(60 / 60 * BURST_SECONDS)  # 60/min: 10 requests at once
+    burst = int(60 / 60 * BURST_SECONDS)  # 60/min: 60 requests at once
+    assert burst == 60
     assert [limiter.check("k", 60) for _ in range(burst)] == [None] * burst
     wait = limiter.check("k", 60)
     assert wait == pytest.approx(1.0)  # one token a second
@@ -38,6 +46,18 @@ def test_bucket_bursts_ten_seconds_worth_then_refills() -> None:
     clock.t += 3600
     assert [limiter.check("k", 60) for _ in range(burst)] == [None] * burst  # capped refill
     assert limiter.check("k", 60) is not None
+
+
+def test_n_per_min_allows_a_burst_of_n() -> None:
+    """Issue 23 item 5: a 3/min key allowed one request, then 429 (a 10-second bucket)."""
+    clock = Clock()
+    limiter = RateLimiter(clock=clock)
+    assert [limiter.check("k", 3) for _ in range(3)] == [None] * 3
+    assert limiter.check("k", 3) == pytest.approx(20.0)  # then one every 20 s
+    assert capacity(3) == 3 and capacity(0.5) == 1  # a slower rate still allows one
+    assert limiter.remaining("k", 3) == (0, pytest.approx(60.0))
+    clock.t += 20
+    assert limiter.remaining("k", 3) == (1, pytest.approx(40.0))
 
 
 def test_slow_rates_get_one_request_and_unlimited_keys_pass() -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import datetime as dt
 import json
 import os
 import socket
@@ -154,6 +155,105 @@ def _free_port() -> int:
 
 
 @pytest.mark.integration
+def _frames(rows: list[dict[str, Any]], tmp: Path) -> dict[str, Any]:
+    """``rows`` as pandas, its CSV and Parquet readers and polars make them (whole incomes)."""
+    import pandas as pd
+    import polars as pl
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    whole = [{**r, "income": int(r["income"])} for r in rows]
+    pd.DataFrame(whole).to_csv(tmp / "rows.csv", index=False)
+    table = pa.Table.from_pylist(whole).set_column(
+        list(whole[0]).index("signup_date"),
+        "signup_date",
+        pa.array([dt.date.fromisoformat(r["signup_date"]) for r in whole], pa.date32()),
+    )
+    pq.write_table(table, tmp / "rows.parquet")
+    return {
+        "records (int income)": pd.DataFrame(whole),
+        "float ages": pd.DataFrame([{**r, "age": float(r["age"])} for r in whole]),
+        "read_csv": pd.read_csv(tmp / "rows.csv"),
+        "read_csv parse_dates": pd.read_csv(tmp / "rows.csv", parse_dates=["signup_date"]),
+        "read_parquet": pd.read_parquet(tmp / "rows.parquet"),
+        "polars to_pandas": pl.read_parquet(tmp / "rows.parquet").to_pandas(),
+        "polars csv to_pandas": pl.read_csv(tmp / "rows.csv", try_parse_dates=True).to_pandas(),
+    }
+
+
+def test_pyfunc_accepts_what_predict_accepts(
+    churn_model: dict, mlflow_uri: str, tmp_path: Path
+) -> None:
+    """Issue 23 item 1: MLflow's schema enforcement refused int incomes (``Can not safely convert
+    int64 to float64``), float ages and parsed dates; ``/v1/predict`` takes them all."""
+    import mlflow
+
+    rows = quickstart_rows()
+    model = mlflow.pyfunc.load_model("models:/churn@champion")
+    for name, frame in _frames(rows, tmp_path).items():
+        want = handler_predictions("churn@champion", {"records": _json_records(frame)})
+        try:
+            got = model.predict(frame)
+        except Exception as exc:  # noqa: BLE001 - name the frame that failed
+            raise AssertionError(f"{name}: {exc}") from exc
+        assert_same(got, want)
+    assert_same(model.predict(rows), handler_predictions("churn@champion", {"records": rows}))
+
+
+def _json_records(frame: Any) -> list[dict[str, Any]]:
+    """A frame's rows as a JSON client sends them (dates as ``YYYY-MM-DD``)."""
+    out = json.loads(frame.to_json(orient="records", date_format="iso"))
+    for r in out:
+        r["signup_date"] = str(r["signup_date"])[:10]
+    return out
+
+
+def test_the_models_requirements_install_from_what_it_carries(
+    churn_model: dict, mlflow_uri: str, tmp_path: Path
+) -> None:
+    """Issue 23 item 2: requirements pinned ``aifab==0.1.0`` (on no index) and
+    ``torch==2.13.0+cpu`` (a local version no index resolves as such).
+
+    Now aifab is a wheel inside the model, referenced by its path there (MLflow installs the
+    requirements from the model directory), and every other pin is a plain release. The
+    wheel is installed alone (``--target``, no dependencies: they are this venv's) and a fresh
+    interpreter that sees only that copy of aifab loads the model and answers like predict.
+    """
+    import mlflow
+
+    local = Path(mlflow.artifacts.download_artifacts("models:/churn@champion", dst_path=tmp_path))
+    requirements = (local / "requirements.txt").read_text().split()
+    [wheel] = [r for r in requirements if r.endswith(".whl")]
+    assert wheel.startswith("wheels/aifab-") and (local / wheel).is_file()
+    assert not any(r.startswith("aifab==") or "+" in r for r in requirements), requirements
+    assert any(r.startswith("torch==") for r in requirements)
+    env = (local / "python_env.yaml").read_text()
+    assert "requirements.txt" in env and "+cpu" not in env
+    target = tmp_path / "site"
+    pip = [sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--target", str(target)]
+    subprocess.run([*pip, str(local / wheel)], check=True, timeout=300)
+    rows = quickstart_rows(3)
+    want = handler_predictions("churn@champion", {"records": rows})
+    code = (
+        "import json, sys, mlflow.pyfunc, aifab\n"
+        f"assert aifab.__file__.startswith({str(target)!r}), aifab.__file__\n"
+        f"m = mlflow.pyfunc.load_model({str(local)!r})\n"
+        f"print(json.dumps(m.predict({rows!r})))\n"
+    )
+    env_vars = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        env={**env_vars, "PYTHONPATH": str(target)},
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert_same(json.loads(out.stdout.strip().splitlines()[-1]), want)
+
+
 def test_mlflow_models_serve_answers_like_predict(churn_model: dict, mlflow_uri: str) -> None:
     rows = quickstart_rows()
     want = handler_predictions("churn@champion", {"records": rows})

@@ -26,11 +26,13 @@ from aifab.serve.openai_stream import Completion, sse_events
 router = APIRouter(tags=["openai"])
 
 ERRORS: dict[int | str, dict[str, Any]] = {
-    400: {"description": "Malformed JSON, a prompt too long for the model, or not an LM."},
+    400: {
+        "description": "Malformed JSON, a bad or unsupported field (``param`` names it), "
+        "a prompt too long for the model, or not an LM."
+    },
     401: {"description": "No or unknown API key."},
     403: {"description": "The key's role may not invoke models."},
     404: {"description": "No deployment of that name."},
-    422: {"description": "A bad or unsupported field; the message names it."},
     429: {"description": "Rate limit or token quota; see Retry-After."},
     503: {"description": "The deployment is not loaded (yet)."},
 }
