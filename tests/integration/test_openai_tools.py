@@ -79,27 +79,46 @@ def client(long_lm: None, live_server: Callable[..., Any]) -> Iterator[openai.Op
     yield openai.OpenAI(base_url=f"{server.url}/v1", api_key=secret, max_retries=0)
 
 
-def test_required_tool_choice_always_gives_a_valid_call(client: openai.OpenAI) -> None:
-    calls = 0
-    for seed in range(3):
+def _strict(schema: dict[str, Any]) -> dict[str, Any]:
+    return {**schema, "additionalProperties": False} if "properties" in schema else schema
+
+
+@pytest.mark.parametrize("max_tokens", [33, 40, 60])
+def test_required_tool_choice_always_gives_a_valid_call(
+    client: openai.OpenAI, max_tokens: int
+) -> None:
+    """Issue 22: "required" decoded the arguments as any object, so the model rambled until
+    max_tokens and no call came back; now every sample is a call valid for its tool."""
+    schemas = {t["function"]["name"]: t["function"]["parameters"] for t in TOOLS}
+    for seed in range(6):
         out = client.chat.completions.create(
             model="tiny",
             messages=CHAT,
             tools=TOOLS,
             tool_choice="required",
-            max_tokens=60,
+            max_tokens=max_tokens,
             temperature=1.0,
             seed=seed,
         )
         choice = out.choices[0]
-        if choice.finish_reason == "length":
-            continue
-        assert choice.finish_reason == "tool_calls"
+        assert choice.finish_reason == "tool_calls", choice.message.content
         [call] = choice.message.tool_calls or []
-        assert call.type == "function" and call.function.name in ("sql", "predict")
-        assert isinstance(json.loads(call.function.arguments), dict)
-        calls += 1
-    assert calls >= 1, "every forced call was cut by max_tokens: the test checked nothing"
+        assert call.type == "function" and call.function.name in schemas
+        jsonschema.validate(
+            json.loads(call.function.arguments), _strict(schemas[call.function.name])
+        )
+
+
+def test_too_few_max_tokens_for_the_schema_is_a_400_naming_the_minimum(
+    client: openai.OpenAI,
+) -> None:
+    with pytest.raises(openai.BadRequestError) as caught:
+        client.chat.completions.create(
+            model="tiny", messages=CHAT, tools=TOOLS, tool_choice="required", max_tokens=10
+        )
+    shortest = len('{"name":"predict","arguments":{}}')
+    assert caught.value.body["param"] == "max_tokens"
+    assert f"at least {shortest}" in caught.value.body["message"]
 
 
 def test_named_tool_choice_follows_the_function_schema(client: openai.OpenAI) -> None:
@@ -164,30 +183,37 @@ def test_history_with_tool_results_and_auto_choice(client: openai.OpenAI) -> Non
 
 
 def test_json_schema_response_format_always_validates(client: openai.OpenAI) -> None:
+    """Issue 22: strings and numbers ran on until max_tokens and the JSON never closed."""
     schema = {
         "type": "object",
-        "properties": {"answer": {"type": "string", "maxLength": 10}, "ok": {"type": "boolean"}},
-        "required": ["answer", "ok"],
+        "properties": {
+            "answer": {"type": "string"},
+            "count": {"type": "integer"},
+            "ok": {"type": "boolean"},
+        },
+        "required": ["answer", "count", "ok"],
     }
-    out = client.chat.completions.create(
-        model="tiny",
-        messages=CHAT,
-        max_tokens=60,
-        temperature=0,
-        response_format={"type": "json_schema", "json_schema": {"name": "a", "schema": schema}},
-    )
-    jsonschema.validate(
-        json.loads(out.choices[0].message.content or ""), {**schema, "additionalProperties": False}
-    )
+    for seed, max_tokens in enumerate([33, 48, 48, 64, 120]):
+        out = client.chat.completions.create(
+            model="tiny",
+            messages=CHAT,
+            max_tokens=max_tokens,
+            temperature=1.0,
+            seed=seed,
+            response_format={"type": "json_schema", "json_schema": {"name": "a", "schema": schema}},
+        )
+        assert out.choices[0].finish_reason == "stop"
+        assert out.usage is not None and out.usage.completion_tokens <= max_tokens
+        jsonschema.validate(json.loads(out.choices[0].message.content or ""), _strict(schema))
     obj = client.chat.completions.create(
         model="tiny",
         messages=CHAT,
-        max_tokens=60,
-        temperature=0,
+        max_tokens=20,
+        temperature=1.0,
+        seed=1,
         response_format={"type": "json_object"},
     )
-    if obj.choices[0].finish_reason == "stop":
-        assert isinstance(json.loads(obj.choices[0].message.content or ""), dict)
+    assert isinstance(json.loads(obj.choices[0].message.content or ""), dict)
 
 
 def test_n_logprobs_and_penalties(client: openai.OpenAI) -> None:

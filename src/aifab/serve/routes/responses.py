@@ -24,7 +24,6 @@ from aifab.serve.routes.openai import (
     ERRORS,
     chat_choice,
     chat_generations,
-    forced_schema,
     prepare_generations,
 )
 
@@ -182,15 +181,17 @@ async def create_response(
     started = time.perf_counter()
     chat = _chat_request(body)
     tools = chat.offered_tools
-    forced = forced_schema(tools, chat)
+    plans: list[Any] = []
 
     def build(handler: Any) -> list[Any]:
-        return chat_generations(handler, chat, tools, forced)
+        plan, items = chat_generations(handler, chat, tools)
+        plans.append(plan)
+        return items
 
     served, target, items = await prepare_generations(request, chat, started, build)
     [result] = await invoke(request, served, target, items, started=started)
     response_id = f"resp_{uuid.uuid4().hex}"
-    choice = chat_choice(result, tools, forced is not None, chat.parallel_tool_calls, response_id)
+    choice = chat_choice(result, plans[0], chat.parallel_tool_calls, response_id)
     incomplete = result.finish_reason == "length" and not choice.get("tool_calls")
     return JSONResponse(
         {
