@@ -356,7 +356,7 @@ async def embeddings(
                 param="dimensions",
             )
         try:
-            texts = handler.decode([_text(handler, t) for t in body.texts])
+            texts = handler.decode([_embedding_text(handler, t) for t in body.texts])
         except InvalidInputError as exc:
             raise as_api_error(exc) from None
     except ApiError as exc:
@@ -400,6 +400,26 @@ def _text(handler: Any, item: str | list[int]) -> str:
         text: str = handler.detokenize(item)
     except InvalidInputError as exc:
         raise as_api_error(exc) from None
+    return text
+
+
+#: Why token ids from elsewhere are refused: LangChain's OpenAIEmbeddings tokenizes with
+#: OpenAI's tiktoken and sends those ids, which mean other words (or nothing) to this model.
+_FOREIGN_IDS = (
+    "input: {reason}; token-id input must come from this model's own tokenizer. LangChain's "
+    "OpenAIEmbeddings sends OpenAI token ids unless created with "
+    "check_embedding_ctx_length=False (then it sends text)"
+)
+
+
+def _embedding_text(handler: Any, item: str | list[int]) -> str:
+    """An embedding input as text; ids outside the model's vocabulary are a 400."""
+    if isinstance(item, str):
+        return item
+    try:
+        text: str = handler.detokenize(item)
+    except InvalidInputError as exc:
+        raise ApiError(400, _FOREIGN_IDS.format(reason=exc.message), param="input") from None
     return text
 
 
