@@ -178,6 +178,8 @@ def test_history_with_tool_results_and_auto_choice(client: openai.OpenAI) -> Non
     )
     choice = out.choices[0]
     assert choice.finish_reason in ("stop", "length", "tool_calls")
+    # An answer after tool results is never empty (EOS is banned for the first token).
+    assert out.usage is not None and out.usage.completion_tokens >= 1
     if choice.message.tool_calls:
         assert all(c.function.name in ("sql", "predict") for c in choice.message.tool_calls)
 
@@ -306,3 +308,40 @@ def test_responses_api_text_and_function_calls(client: openai.OpenAI) -> None:
     assert follow_up.status in ("completed", "incomplete")
     with pytest.raises(openai.UnprocessableEntityError):
         client.responses.create(model="tiny", input="hi", tools=[{"type": "web_search"}])
+
+
+def test_responses_api_streams_the_sdk_event_types(client: openai.OpenAI) -> None:
+    """Issue 22: ``stream=True`` on /v1/responses was a 422; the SDK now reads its events."""
+    flat_tool = {
+        "type": "function",
+        "name": "sql",
+        "parameters": SQL_TOOL["function"]["parameters"],
+    }
+    kinds: list[str] = []
+    text = ""
+    final: Any = None
+    for event in client.responses.create(
+        model="tiny", input="how many?", max_output_tokens=8, temperature=0, stream=True
+    ):
+        kinds.append(event.type)
+        if event.type == "response.output_text.delta":
+            text += event.delta
+        if event.type in ("response.completed", "response.incomplete"):
+            final = event.response
+    assert kinds[:2] == ["response.created", "response.in_progress"]
+    assert kinds[-1] in ("response.completed", "response.incomplete")
+    assert final is not None and final.output_text == text
+    with client.responses.stream(
+        model="tiny",
+        input="how many?",
+        tools=[flat_tool],
+        tool_choice={"type": "function", "name": "sql"},
+        max_output_tokens=60,
+        temperature=0,
+    ) as stream:
+        arguments = "".join(
+            e.delta for e in stream if e.type == "response.function_call_arguments.delta"
+        )
+        done = stream.get_final_response()
+    [call] = [item for item in done.output if item.type == "function_call"]
+    assert call.name == "sql" and json.loads(arguments) == json.loads(call.arguments)

@@ -44,6 +44,8 @@ class ChatPlan:
     schema: dict[str, Any] | None
     #: The answer is a forced call's JSON (the prompt already ends with ``<tool_call>``).
     forced: bool
+    #: The last message is a tool's result: the answer may not be empty (EOS comes later).
+    after_tools: bool = False
 
 
 def forced_call_schema(
@@ -86,16 +88,19 @@ def plan_chat(
     prompt = handler.chat_prompt(template_messages(messages, tools or None))
     if forced is not None:
         prompt += CALL_OPEN  # the model writes only the call's JSON
-    return ChatPlan(prompt, tools, forced or output_schema, forced is not None)
+    after_tools = bool(messages) and messages[-1].get("role") == "tool"
+    return ChatPlan(prompt, tools, forced or output_schema, forced is not None, after_tools)
 
 
 def constrain(handler: Any, plan: ChatPlan, params: Any) -> None:
-    """Give one generation's ``params`` a fresh constraint when the answer must be JSON.
+    """Set one generation's constraint (JSON answers) and ``min_tokens`` (after tool results).
 
     Raises:
         InvalidInputError: the schema is beyond the decoder's subset (the keyword named).
         TooFewTokensError: ``params.max_tokens`` is below the shortest valid answer.
     """
+    if plan.after_tools and plan.schema is None:
+        params.min_tokens = max(params.min_tokens, 1)  # frameworks read '' as "no answer"
     if plan.schema is None:
         return
     where = "tool_choice" if plan.forced else "response_format"

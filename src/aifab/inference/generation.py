@@ -47,6 +47,9 @@ class GenerationParams:
     frequency_penalty: float = 0.0
     #: Token id -> bias added to its logit (-100 bans it, +100 all but forces it).
     logit_bias: dict[int, float] = field(default_factory=dict)
+    #: EOS is banned until this many tokens are generated (vLLM's ``min_tokens``): an answer
+    #: after tool results is never empty.
+    min_tokens: int = 0
     #: Log probabilities to report per generated token: None for none, N >= 0 for the chosen
     #: token's plus the N most likely alternatives'.
     logprobs: int | None = None
@@ -216,11 +219,14 @@ def _sample(logits: torch.Tensor, params: GenerationParams, rng: torch.Generator
     return int(torch.multinomial(probs, 1, generator=rng))
 
 
-def _adjusted(logits: torch.Tensor, row: _Row) -> torch.Tensor:
-    """One row's logits after logit bias, penalties and the constraint's mask."""
+def _adjusted(logits: torch.Tensor, row: _Row, eos_ids: frozenset[int]) -> torch.Tensor:
+    """One row's logits after logit bias, penalties, ``min_tokens`` and the constraint's mask."""
     import torch
 
     params = row.params
+    if len(row.ids) < params.min_tokens and eos_ids:
+        logits = logits.clone()
+        logits[torch.tensor(sorted(eos_ids), dtype=torch.long)] = float("-inf")
     if params.logit_bias:
         ids = torch.tensor(list(params.logit_bias), dtype=torch.long)
         logits = logits.clone()
@@ -341,7 +347,7 @@ def _steps(lm: LanguageModel, rows: list[_Row]) -> Iterator[tuple[int, Generatio
             # Sampling runs on the CPU, where the per-request generators live.
             logits = out.logits[:, -1, :].float().cpu()
             cache = getattr(out, lm.cache_arg)
-            adjusted = [_adjusted(logits[j], rows[i]) for j, i in enumerate(active)]
+            adjusted = [_adjusted(logits[j], rows[i], lm.eos_ids) for j, i in enumerate(active)]
             tokens = [
                 _sample(adjusted[j], rows[i].params, rows[i].rng) for j, i in enumerate(active)
             ]
