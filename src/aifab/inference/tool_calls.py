@@ -182,4 +182,8 @@ def parse_tool_calls(
     if not parallel:
         calls = calls[:1]
     rest = _BLOCK.sub("", text).strip()
+    if not calls and not rest:
+        # Only broken blocks: their text is the answer (reported in errors), not '' - an empty
+        # answer reads as "no answer" to agent frameworks, and the output would be lost.
+        rest = text.strip()
     return ParsedOutput(rest or None, calls, errors)

@@ -80,6 +80,13 @@ def test_parse_calls_text_and_faults() -> None:
     assert parse_tool_calls("just text", TOOLS).tool_calls == []
 
 
+def test_only_broken_calls_leave_their_text_as_the_answer() -> None:
+    """Issue 22: an unterminated block after tool results left the answer '' (lost)."""
+    parsed = parse_tool_calls('<tool_call>{"name": "sql", "argu', TOOLS)
+    assert parsed.tool_calls == [] and len(parsed.errors) == 1
+    assert parsed.content == '<tool_call>{"name": "sql", "argu'
+
+
 def test_forced_call_schemas() -> None:
     assert call_schema(TOOLS, "auto") is None and call_schema(TOOLS, None) is None
     required = call_schema(TOOLS, "required")
