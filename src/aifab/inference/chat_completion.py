@@ -156,7 +156,7 @@ def complete_chat(
         handler: an LM handler.
         messages: OpenAI chat messages.
         params: the :class:`~aifab.inference.generation.GenerationParams` (the constraint is
-            set here).
+            set here, and ``max_tokens`` capped by what the context leaves).
         tools: OpenAI tools offered.
         tool_choice: as in OpenAI's API.
         output_schema: a JSON schema the answer must follow.
@@ -166,6 +166,13 @@ def complete_chat(
         TooFewTokensError: ``max_tokens`` below the shortest valid answer.
     """
     plan = plan_chat(handler, messages, tools or [], tool_choice, output_schema)
+    room = handler.max_context - handler.count_tokens(plan.prompt)
+    if room < 1:
+        raise InvalidInputError(
+            f"messages: {handler.max_context - room} tokens fill the model's context of "
+            f"{handler.max_context}"
+        )
+    params.max_tokens = min(params.max_tokens, room)  # what the context leaves, at most
     constrain(handler, plan, params)
     [result] = handler.predict([handler.request(plan.prompt, params)])
     return chat_choice(result, plan, call_id=f"call_{uuid.uuid4().hex[:8]}"), result
