@@ -10,7 +10,8 @@ the metadata DB. Baseline: the same number of chat calls through the same HTTP c
 
 Part 2: tokens/s of the same small causal LM (built from the zoo, untrained, with a BPE
 tokenizer trained here on JSON-like text) generating 96 tokens freely and under a JSON-schema
-constraint (the tool-call schema), one thread, median of repeats. Goal: >= 0.8x.
+constraint (a forced call: the union of two tools' schemas, budget-aware), one thread, median
+of repeats. Goal: >= 0.85x.
 
     .venv/bin/python bench/agent.py --runs 20 --steps 5
 """
@@ -97,11 +98,24 @@ def constrained_vs_free(repeats: int = 5, tokens: int = 96) -> None:
     ).eval()
     eos = frozenset({int(tok.eos_token_id)})
     lm = LanguageModel(model, tok, 512, eos, int(tok.pad_token_id))
-    schema = {
-        "type": "object",
-        "properties": {"name": {"enum": ["sql", "predict"]}, "arguments": {"type": "object"}},
-        "required": ["name", "arguments"],
-    }
+    from aifab.inference.tool_calls import call_schema
+
+    tools = [
+        {
+            "type": "function",
+            "function": {
+                "name": "sql",
+                "parameters": {
+                    "type": "object",
+                    "properties": {"query": {"type": "string"}, "n": {"type": "integer"}},
+                    "required": ["query"],
+                },
+            },
+        },
+        {"type": "function", "function": {"name": "predict", "parameters": {"type": "object"}}},
+    ]
+    # tool_choice "required": the union of both tools' calls, decoded with a token budget.
+    schema = call_schema(tools, "required")
     lm.vocabulary()  # built once per model, as a server does at the first constrained request
 
     def rate(constrained: bool) -> float:
@@ -119,7 +133,7 @@ def constrained_vs_free(repeats: int = 5, tokens: int = 96) -> None:
     free, bound = rate(False), rate(True)
     print(f"free decoding                    : {free:8.1f} tokens/s (small LM, 1 thread)")
     print(f"JSON-schema constrained decoding : {bound:8.1f} tokens/s")
-    print(f"constrained / free               : {bound / free:8.2f}x (goal >= 0.8x)")
+    print(f"constrained / free               : {bound / free:8.2f}x (goal >= 0.85x)")
 
 
 def main() -> None:

@@ -139,9 +139,12 @@ def test_local_model_and_in_process_predict_need_no_server(
     """`local: true` runs the aifab LM here; with no gateway, predict runs the deployment here."""
     from aifab.agents import create_agent, get_trace, run_agent
 
-    create_agent({"name": "here", "model": {"model": "tiny-lm@1", "local": True, "max_tokens": 8}})
+    # Sampled: greedy, this barely trained LM answers spaces, which is an empty answer and so
+    # a failed run (issue 22), not a finished one.
+    model = {"model": "tiny-lm@1", "local": True, "max_tokens": 8, "temperature": 1.0}
+    create_agent({"name": "here", "model": model})
     run = run_agent("here", "the cat sat")
-    assert run["status"] == "completed" and run["tokens"] > 0
+    assert run["status"] == "completed" and run["tokens"] > 0 and run["answer"].strip()
     records = _records(1)
     stand_in.scripts["here-predict"] = lambda m, t: (
         tool_call("predict", {"records": records})

@@ -547,3 +547,8 @@ def test_token_id_inputs_are_read_in_the_models_vocabulary(
     assert max(abs(a - b) for a, b in zip(vec_ids, vec_text, strict=True)) < 1e-5
     with pytest.raises(openai.BadRequestError, match="not in the model's vocabulary"):
         client.completions.create(model="tiny", prompt=[10**9], max_tokens=2)
+    # Issue 22: tiktoken ids (what LangChain sends by default) beyond the vocabulary are a 400
+    # that says how to make LangChain send text instead.
+    with pytest.raises(openai.BadRequestError, match="check_embedding_ctx_length=False") as caught:
+        client.embeddings.create(model="minilm", input=[[9906, 100257]])
+    assert caught.value.body["param"] == "input"

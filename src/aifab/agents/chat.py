@@ -81,7 +81,10 @@ def _parse_reply(body: Any) -> ChatReply:
 
 
 class OpenAIChat:
-    """A chat model behind ``POST {base_url}/chat/completions``.
+    """A chat model behind ``POST {base_url}/chat/completions``, with tools.
+
+    The HTTP client is :class:`aifab.prompts.chat.OpenAIChat` (one client for agents, prompts
+    and RAG); its failures become :class:`ModelCallError`.
 
     Args:
         base_url: the API root, ending in ``/v1``.
@@ -93,10 +96,12 @@ class OpenAIChat:
     def __init__(
         self, base_url: str, model: str, api_key: str | None = None, temperature: float = 0.0
     ) -> None:
-        self.url = base_url.rstrip("/") + "/chat/completions"
+        from aifab.prompts.chat import DEFAULT_TIMEOUT_S
+        from aifab.prompts.chat import OpenAIChat as Endpoint
+
+        self.endpoint = Endpoint(base_url, model, api_key or "", DEFAULT_TIMEOUT_S)
         self.model = model
         self.temperature = temperature
-        self._headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
 
     def complete(
         self,
@@ -107,30 +112,15 @@ class OpenAIChat:
         timeout_s: float,
     ) -> ChatReply:
         """One chat completion (tools offered when there are any)."""
-        import httpx
+        from aifab.core.errors import AifabError
 
-        body: dict[str, Any] = {
-            "model": self.model,
-            "messages": messages,
-            "max_tokens": max_tokens,
-            "temperature": self.temperature,
-        }
+        extra: dict[str, Any] = {"temperature": self.temperature}
         if tools:
-            body["tools"] = tools
+            extra["tools"] = tools
         try:
-            resp = httpx.post(self.url, json=body, headers=self._headers, timeout=timeout_s)
-        except httpx.TimeoutException:
-            raise ModelCallError(f"the model did not answer within {timeout_s:g} s") from None
-        except httpx.HTTPError as exc:
-            raise ModelCallError(f"the model endpoint is unreachable: {exc}") from None
-        try:
-            payload = resp.json()
-        except ValueError:
-            raise ModelCallError(
-                f"the model endpoint answered {resp.status_code}, not JSON"
-            ) from None
-        if resp.status_code != 200:
-            error = payload.get("error") if isinstance(payload, dict) else None
-            message = error.get("message") if isinstance(error, dict) else str(payload)[:300]
-            raise ModelCallError(f"the model endpoint answered {resp.status_code}: {message}")
+            payload = self.endpoint.post_json(
+                messages, max_tokens=max_tokens, extra=extra, timeout_s=timeout_s
+            )
+        except AifabError as exc:
+            raise ModelCallError(exc.message) from None
         return _parse_reply(payload)

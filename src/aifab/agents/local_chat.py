@@ -1,12 +1,11 @@
 """A chat model run in this process: an aifab LM answering the OpenAI tools protocol locally.
 
-The same prompt format and parsing as the server's chat endpoint (``aifab.inference.tool_calls``),
+The same function as the server's chat endpoint (``aifab.inference.chat_completion``),
 so an agent behaves the same with ``local: true`` as through the gateway, with no server.
 """
 
 from __future__ import annotations
 
-import uuid
 from typing import Any
 
 from aifab.agents.chat import ChatReply, ModelCallError, ToolCall
@@ -42,27 +41,22 @@ class LocalChat:
     ) -> ChatReply:
         """One completion with the tools offered; tool calls parsed out of the text."""
         from aifab.core.errors import InvalidInputError
+        from aifab.inference.chat_completion import complete_chat
         from aifab.inference.generation import GenerationParams
-        from aifab.inference.tool_calls import parse_tool_calls, template_messages
 
+        params = GenerationParams(max_tokens=max(1, max_tokens), temperature=self.temperature)
         try:
-            prompt = self.handler.chat_prompt(template_messages(messages, tools or None))
-            room = self.handler.max_context - self.handler.count_tokens(prompt)
-            params = GenerationParams(
-                max_tokens=max(1, min(max_tokens, room - 1)), temperature=self.temperature
-            )
-            [result] = self.handler.predict([self.handler.request(prompt, params)])
+            choice, result = complete_chat(self.handler, messages, params, tools=tools or None)
         except InvalidInputError as exc:
             raise ModelCallError(f"the local model refused the request: {exc.message}") from None
-        parsed = parse_tool_calls(result.text, tools, call_id=f"call_{uuid.uuid4().hex[:8]}")
         calls = [
             ToolCall(c["id"], c["function"]["name"], c["function"]["arguments"])
-            for c in parsed.tool_calls
+            for c in choice.get("tool_calls") or []
         ]
         return ChatReply(
-            content=parsed.content if tools else result.text,
+            content=choice.get("content") if tools else result.text,
             tool_calls=calls,
             prompt_tokens=result.prompt_tokens,
             completion_tokens=result.completion_tokens,
-            finish_reason="tool_calls" if calls else result.finish_reason,
+            finish_reason=choice["finish_reason"],
         )

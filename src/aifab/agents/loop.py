@@ -3,7 +3,9 @@
 It stops at a final answer, a model failure or the first budget reached (steps, tokens, wall
 time), and reports every model call and tool call as a :class:`Step` as it happens. Tool
 output is data for the model: it goes back as a ``tool`` message and is never executed or
-parsed for instructions; a call to a tool the agent was not given is a recorded fault.
+parsed for instructions; a call to a tool the agent was not given is a recorded fault. An
+empty final answer is a fault too: the model is asked once more, without tools, and a second
+empty answer fails the run.
 """
 
 from __future__ import annotations
@@ -19,7 +21,10 @@ from aifab.agents.chat import ChatModel, ModelCallError, ToolCall
 from aifab.agents.spec import Budgets
 from aifab.agents.tools import Tool, ToolError, check_arguments
 
-__all__ = ["LoopResult", "Step", "run_loop"]
+__all__ = ["ANSWER_NUDGE", "LoopResult", "Step", "run_loop"]
+
+#: Sent (with no tools offered) when the model answered with nothing: one retry, then a fault.
+ANSWER_NUDGE = "Answer the question now in plain words, using the tool results above."
 
 
 @dataclass
@@ -135,6 +140,7 @@ def run_loop(
     """
     run = _Run(tools, budgets, on_step)
     specs = [t.openai() for t in tools.values()]
+    retried = False
     messages = list(messages)
     for _ in range(budgets.max_steps):
         if run.left_s() <= 0:
@@ -159,9 +165,21 @@ def run_loop(
             "tool_calls": [{"name": c.name, "arguments": c.arguments} for c in reply.tool_calls],
         }
         run.tokens += reply.total_tokens
+        empty = not reply.tool_calls and not (reply.content or "").strip()
+        if empty:
+            step.error = "empty final answer"
         run.add(step)
-        if not reply.tool_calls:
-            return LoopResult("completed", reply.content or "", None, run.tokens, run.steps)
+        if not reply.tool_calls and not empty:
+            return LoopResult("completed", reply.content, None, run.tokens, run.steps)
+        if empty:
+            # An empty answer is a fault, never a finished run: ask once more for words.
+            if retried or run.left_s() <= 0 or run.tokens >= budgets.max_tokens:
+                reason = "the model gave an empty final answer" + (" twice" if retried else "")
+                return LoopResult("failed", None, reason, run.tokens, run.steps)
+            retried = True
+            messages.append({"role": "user", "content": ANSWER_NUDGE})
+            specs = []  # no tools on the retry: the model must answer in words
+            continue
         if run.tokens >= budgets.max_tokens:
             return LoopResult("budget_exceeded", None, "tokens", run.tokens, run.steps)
         calls = reply.tool_calls[: budgets.max_tool_calls]

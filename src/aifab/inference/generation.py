@@ -38,7 +38,8 @@ class GenerationParams:
     seed: int | None = None
     #: Constrained decoding, one object per request (e.g.
     #: :class:`~aifab.inference.json_constraint.JsonConstraint`): only the token ids its
-    #: ``allowed()`` lists are sampled, and ``advance(id, text)`` follows each chosen token.
+    #: ``allowed(tokens_left)`` lists are sampled, and ``advance(id, text)`` follows each
+    #: chosen token; a ``complete`` one ends as ``stop`` even when the budget ran out.
     constraint: Any = None
     #: OpenAI's penalties: a token's logit drops by ``frequency * count + presence * (count>0)``
     #: for the times it was already generated.
@@ -46,6 +47,9 @@ class GenerationParams:
     frequency_penalty: float = 0.0
     #: Token id -> bias added to its logit (-100 bans it, +100 all but forces it).
     logit_bias: dict[int, float] = field(default_factory=dict)
+    #: EOS is banned until this many tokens are generated (vLLM's ``min_tokens``): an answer
+    #: after tool results is never empty.
+    min_tokens: int = 0
     #: Log probabilities to report per generated token: None for none, N >= 0 for the chosen
     #: token's plus the N most likely alternatives'.
     logprobs: int | None = None
@@ -185,6 +189,8 @@ class _Row:
     ids: list[int] = field(default_factory=list)
     pieces: list[str] = field(default_factory=list)
     logprobs: list[dict[str, Any]] = field(default_factory=list)
+    #: Tokens the context leaves after the prompt.
+    context_left: int = 0
 
 
 #: Below this temperature sampling is greedy (logits / T would overflow to inf).
@@ -213,11 +219,14 @@ def _sample(logits: torch.Tensor, params: GenerationParams, rng: torch.Generator
     return int(torch.multinomial(probs, 1, generator=rng))
 
 
-def _adjusted(logits: torch.Tensor, row: _Row) -> torch.Tensor:
-    """One row's logits after logit bias, penalties and the constraint's mask."""
+def _adjusted(logits: torch.Tensor, row: _Row, eos_ids: frozenset[int]) -> torch.Tensor:
+    """One row's logits after logit bias, penalties, ``min_tokens`` and the constraint's mask."""
     import torch
 
     params = row.params
+    if len(row.ids) < params.min_tokens and eos_ids:
+        logits = logits.clone()
+        logits[torch.tensor(sorted(eos_ids), dtype=torch.long)] = float("-inf")
     if params.logit_bias:
         ids = torch.tensor(list(params.logit_bias), dtype=torch.long)
         logits = logits.clone()
@@ -227,11 +236,19 @@ def _adjusted(logits: torch.Tensor, row: _Row) -> torch.Tensor:
         penalty = params.frequency_penalty * counts + params.presence_penalty * (counts > 0)
         logits = logits - penalty[: logits.shape[-1]]
     if params.constraint is not None:
-        allowed = torch.tensor(params.constraint.allowed(), dtype=torch.long)
+        # The tokens left, this one included: the constraint closes the document within them.
+        room = _room(row)
+        allowed = torch.tensor(params.constraint.allowed(room), dtype=torch.long)
         masked = torch.full_like(logits, float("-inf"))
         masked[allowed] = logits[allowed]
         logits = masked
     return logits
+
+
+def _room(row: _Row) -> int:
+    """Tokens a row may still generate: what ``max_tokens`` and the context both leave."""
+    left = row.params.max_tokens - len(row.ids)
+    return min(left, row.context_left - len(row.ids))
 
 
 def _log_probs(lm: LanguageModel, logits: torch.Tensor, token: int, top: int) -> dict[str, Any]:
@@ -270,7 +287,9 @@ def _new_row(lm: LanguageModel, request: GenerationRequest) -> _Row:
             rng.seed()
         else:
             rng.manual_seed(params.seed)
-    return _Row(params, prompt_ids, _StopText(lm.tokenizer, params.stop), rng)
+    row = _Row(params, prompt_ids, _StopText(lm.tokenizer, params.stop), rng)
+    row.context_left = lm.max_context - len(prompt_ids)
+    return row
 
 
 def _advance(lm: LanguageModel, row: _Row, token: int) -> GenerationChunk | None:
@@ -289,6 +308,9 @@ def _advance(lm: LanguageModel, row: _Row, token: int) -> GenerationChunk | None
             len(row.prompt_ids) + len(row.ids) >= lm.max_context
         ):
             piece, finish = piece + row.text.flush(), "length"
+            constraint = row.params.constraint
+            if constraint is not None and getattr(constraint, "complete", False):
+                finish = "stop"  # the budget closed the document: it is whole, not cut
     if finish is not None:
         return GenerationChunk(piece, finish, len(row.prompt_ids), len(row.ids))
     return GenerationChunk(piece) if piece else None
@@ -325,7 +347,7 @@ def _steps(lm: LanguageModel, rows: list[_Row]) -> Iterator[tuple[int, Generatio
             # Sampling runs on the CPU, where the per-request generators live.
             logits = out.logits[:, -1, :].float().cpu()
             cache = getattr(out, lm.cache_arg)
-            adjusted = [_adjusted(logits[j], rows[i]) for j, i in enumerate(active)]
+            adjusted = [_adjusted(logits[j], rows[i], lm.eos_ids) for j, i in enumerate(active)]
             tokens = [
                 _sample(adjusted[j], rows[i].params, rows[i].rng) for j, i in enumerate(active)
             ]

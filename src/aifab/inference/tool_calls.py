@@ -4,7 +4,8 @@ The format is plain text the chat template can carry and a small model can learn
 message lists the tools as JSON, the model answers a call as
 ``<tool_call>{"name": ..., "arguments": {...}}</tool_call>`` (one block per call), and tool
 results come back as ``tool`` messages. With ``tool_choice`` ``required`` or a named function
-the call is decoded under a JSON-schema constraint, so it always parses; with ``auto`` the text
+the call is decoded under a JSON-schema constraint (the union of the tools' schemas for
+``required``), so it always parses and validates; with ``auto`` the text
 is parsed, and a malformed block is reported, never raised.
 """
 
@@ -94,6 +95,10 @@ def call_schema(
 ) -> dict[str, Any] | None:
     """The JSON schema a forced call is decoded under, or None when the model may answer freely.
 
+    ``required`` (LangChain's ``any``) decodes under the union of the tools' calls: once the
+    name is written, the arguments follow that tool's parameter schema. Parameters beyond the
+    decoder's subset are decoded as any object (the call still parses).
+
     Args:
         tools: the request's tools.
         choice: ``tool_choice``: ``required``, ``{"type": "function", "function": {"name"}}``,
@@ -102,27 +107,31 @@ def call_schema(
     Raises:
         InvalidInputError: a named function that is not among the tools.
     """
-    from aifab.inference.json_constraint import compile_schema
-
     functions = _functions(tools)
-    if choice == "required":
-        names = [fn["name"] for fn in functions]
-        arguments: dict[str, Any] = {"type": "object"}
+    if choice in ("required", "any"):
+        chosen = functions
     elif isinstance(choice, dict):
         name = (choice.get("function") or {}).get("name")
-        match = [fn for fn in functions if fn["name"] == name]
-        if not match:
+        chosen = [fn for fn in functions if fn["name"] == name]
+        if not chosen:
             raise InvalidInputError(f"tool_choice: function {name!r} is not among the tools")
-        names, arguments = [name], match[0].get("parameters") or {"type": "object"}
-        try:
-            compile_schema(arguments)
-        except InvalidInputError:
-            arguments = {"type": "object"}  # parameters beyond the decoder's subset: any object
     else:
         return None
+    branches = [_call_branch(fn) for fn in chosen]
+    return branches[0] if len(branches) == 1 else {"anyOf": branches}
+
+
+def _call_branch(fn: dict[str, Any]) -> dict[str, Any]:
+    from aifab.inference.json_schema import compile_schema
+
+    arguments = fn.get("parameters") or {"type": "object"}
+    try:
+        compile_schema(arguments)
+    except InvalidInputError:
+        arguments = {"type": "object"}  # parameters beyond the decoder's subset: any object
     return {
         "type": "object",
-        "properties": {"name": {"enum": names}, "arguments": arguments},
+        "properties": {"name": {"const": fn["name"]}, "arguments": arguments},
         "required": ["name", "arguments"],
     }
 
@@ -173,4 +182,8 @@ def parse_tool_calls(
     if not parallel:
         calls = calls[:1]
     rest = _BLOCK.sub("", text).strip()
+    if not calls and not rest:
+        # Only broken blocks: their text is the answer (reported in errors), not '' - an empty
+        # answer reads as "no answer" to agent frameworks, and the output would be lost.
+        rest = text.strip()
     return ParsedOutput(rest or None, calls, errors)

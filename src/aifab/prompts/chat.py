@@ -1,8 +1,9 @@
-"""Chat models behind one interface, chosen by target string.
+"""Chat models behind one interface, chosen by target string; the one OpenAI chat client.
 
 An aifab LM deployment in-process, or any OpenAI-compatible endpoint (an aifab server, or
 a user's) by base URL.
 
+Agents (tool calls) and RAG answering talk to endpoints through :class:`OpenAIChat` here.
 A target that is down, slow or answers nonsense raises :class:`UpstreamError` (HTTP 502) or
 :class:`UpstreamTimeout` (504), never a hang: every call has a deadline.
 """
@@ -148,14 +149,25 @@ class OpenAIChat:
         self.api_key = api_key if api_key is not None else os.environ.get(API_KEY_ENV, "")
         self.timeout_s = timeout_s
 
-    def _post(self, messages: list[dict[str, str]], max_tokens: int, stream: bool) -> Any:
+    def _post(
+        self,
+        messages: list[dict[str, Any]],
+        max_tokens: int,
+        stream: bool,
+        extra: dict[str, Any] | None = None,
+        timeout_s: float | None = None,
+    ) -> Any:
         import httpx
 
-        body = {"model": self.model, "messages": messages, "max_tokens": max_tokens}
+        body = {
+            "model": self.model,
+            "messages": messages,
+            "max_tokens": max_tokens,
+            **(extra or {}),
+        }
         headers = {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
-        client = httpx.Client(
-            timeout=httpx.Timeout(self.timeout_s, connect=min(5.0, self.timeout_s))
-        )
+        timeout = self.timeout_s if timeout_s is None else timeout_s
+        client = httpx.Client(timeout=httpx.Timeout(timeout, connect=min(5.0, timeout)))
         try:
             request = client.build_request(
                 "POST",
@@ -167,7 +179,7 @@ class OpenAIChat:
         except httpx.TimeoutException:
             client.close()
             raise UpstreamTimeout(
-                f"chat endpoint {self.base_url} did not answer within {self.timeout_s:g} s"
+                f"chat endpoint {self.base_url} did not answer within {timeout:g} s"
             ) from None
         except httpx.HTTPError as exc:
             client.close()
@@ -179,6 +191,31 @@ class OpenAIChat:
             client.close()
             raise _refusal(self.base_url, response.status_code, response.text)
         return client, response
+
+    def post_json(
+        self,
+        messages: list[dict[str, Any]],
+        *,
+        max_tokens: int,
+        extra: dict[str, Any] | None = None,
+        timeout_s: float | None = None,
+    ) -> Any:
+        """One non-streaming request with extra body fields (``tools``...): the JSON answer.
+
+        Raises:
+            UpstreamError: the endpoint is down, failing or did not answer JSON.
+            UpstreamTimeout: no answer within ``timeout_s`` (default: the model's).
+            InvalidInputError: the endpoint refused the request as malformed (400/413/422).
+        """
+        client, response = self._post(messages, max_tokens, False, extra, timeout_s)
+        try:
+            return response.json()
+        except ValueError:
+            raise UpstreamError(
+                f"chat endpoint {self.base_url} answered {response.status_code}, not JSON"
+            ) from None
+        finally:
+            client.close()
 
     def complete(self, messages: list[dict[str, str]], *, max_tokens: int) -> ChatResult:
         """One non-streaming request."""

@@ -303,3 +303,30 @@ def test_agent_pipeline_step(stand_in_llm: StandInLLM, customers: str, tmp_path:
     assert result.ok, [(s.name, s.error) for s in result.steps]
     details = result.steps[0].outputs["details"]
     assert (details["status"], details["answer"], details["steps"]) == ("completed", "30", 3)
+
+
+def test_empty_final_answer_is_retried_then_a_fault(
+    stand_in_llm: StandInLLM, customers: str
+) -> None:
+    """Issue 22: an agent whose model answered '' after the tool result was "completed"."""
+    from aifab.agents.loop import ANSWER_NUDGE
+
+    def shy(messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> dict[str, Any]:
+        if _last_tool_content(messages) is None:
+            return tool_call("sql", {"query": "SELECT 42 AS x"})
+        if messages[-1]["content"] == ANSWER_NUDGE and not tools:
+            return answer("forty-two")
+        return answer("")
+
+    stand_in_llm.scripts["shy"] = shy
+    _agent(stand_in_llm, "shy")
+    run = run_agent("shy", "what is x?")
+    assert (run["status"], run["answer"]) == ("completed", "forty-two")
+    trace = get_trace(run["id"])["trace"]
+    assert [s["error"] for s in trace if s["kind"] == "model"] == [None, "empty final answer", None]
+
+    stand_in_llm.scripts["mute"] = lambda m, t: answer("  ")
+    _agent(stand_in_llm, "mute")
+    run = run_agent("mute", "say something")
+    assert run["status"] == "failed" and run["answer"] in (None, "")
+    assert "empty final answer" in run["reason"]

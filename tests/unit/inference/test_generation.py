@@ -89,6 +89,15 @@ def test_eos_ends_with_stop_and_is_not_text(lm: LanguageModel) -> None:
     assert (result.text, result.finish_reason, result.completion_tokens) == ("", "stop", 1)
 
 
+def test_min_tokens_bans_eos_until_reached(lm: LanguageModel) -> None:
+    first = one(lm, "The", greedy(1)).token_ids[0]
+    eos_first = LanguageModel(lm.model, lm.tokenizer, 256, frozenset({first}), lm.pad_id)
+    params = greedy(10)
+    params.min_tokens = 3
+    result = one(eos_first, "The", params)
+    assert result.completion_tokens >= 3 and first not in result.token_ids[:3]
+
+
 def test_same_seed_same_text_and_seeds_differ(lm: LanguageModel) -> None:
     params = [GenerationParams(max_tokens=16, temperature=1.0, seed=s) for s in (1, 1, 2, 3)]
     texts = [one(lm, "Once", p).text for p in params]

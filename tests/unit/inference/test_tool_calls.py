@@ -80,10 +80,23 @@ def test_parse_calls_text_and_faults() -> None:
     assert parse_tool_calls("just text", TOOLS).tool_calls == []
 
 
+def test_only_broken_calls_leave_their_text_as_the_answer() -> None:
+    """Issue 22: an unterminated block after tool results left the answer '' (lost)."""
+    parsed = parse_tool_calls('<tool_call>{"name": "sql", "argu', TOOLS)
+    assert parsed.tool_calls == [] and len(parsed.errors) == 1
+    assert parsed.content == '<tool_call>{"name": "sql", "argu'
+
+
 def test_forced_call_schemas() -> None:
     assert call_schema(TOOLS, "auto") is None and call_schema(TOOLS, None) is None
     required = call_schema(TOOLS, "required")
-    assert required["properties"]["name"] == {"enum": ["sql", "predict"]}
+    # The union of the tools' calls: the name picks its arguments' schema (issue 22: it was
+    # any object, so a small model rambled until max_tokens).
+    branches = {b["properties"]["name"]["const"]: b for b in required["anyOf"]}
+    assert set(branches) == {"sql", "predict"}
+    for fn in TOOLS:
+        params = fn["function"].get("parameters") or {"type": "object"}
+        assert branches[fn["function"]["name"]]["properties"]["arguments"] == params
     named = call_schema(TOOLS, {"type": "function", "function": {"name": "sql"}})
     assert named["properties"]["arguments"]["required"] == ["query"]
     with pytest.raises(InvalidInputError, match="'nope' is not among the tools"):

@@ -204,10 +204,12 @@ async def chat_completions(
     """
     started = time.perf_counter()
     tools = body.offered_tools
-    forced = forced_schema(tools, body)
+    plans: list[Any] = []
 
     def build(handler: Any) -> list[Any]:
-        return chat_generations(handler, body, tools, forced)
+        plan, items = chat_generations(handler, body, tools)
+        plans.append(plan)
+        return items
 
     served, target, items = await prepare_generations(request, body, started, build)
     done = Completion(
@@ -220,10 +222,7 @@ async def chat_completions(
     if body.stream and plain:
         return _stream(request, served, target, items[0], done, body.include_usage, started)
     results = await invoke(request, served, target, items, started=started)
-    choices = [
-        chat_choice(r, tools, forced is not None, body.parallel_tool_calls, done.id)
-        for r in results
-    ]
+    choices = [chat_choice(r, plans[0], body.parallel_tool_calls, done.id) for r in results]
     usage = _usage(sum(r.prompt_tokens for r in results), sum(r.completion_tokens for r in results))
     if body.stream:  # tool calls, n > 1, logprobs: the finished choices, sent as chunks
         events = done.replay(choices, usage if body.include_usage else None)
@@ -231,73 +230,41 @@ async def chat_completions(
     return JSONResponse(done.response(choices, usage))
 
 
-def forced_schema(tools: list[dict[str, Any]], body: ChatCompletionRequest) -> Any:
-    """The JSON schema a forced tool call is decoded under, or None (422 for a bad choice)."""
-    from aifab.inference.tool_calls import call_schema
-
-    if body.tool_choice not in (None, "none", "auto") and not tools:
-        raise ApiError(422, "tool_choice: there are no tools to call", param="tool_choice")
-    try:
-        return call_schema(tools, body.tool_choice) if tools else None
-    except InvalidInputError as exc:
-        raise ApiError(422, exc.message, param="tool_choice") from None
-
-
 def chat_generations(
-    handler: Any, body: ChatCompletionRequest, tools: list[dict[str, Any]], forced: Any
-) -> list[Any]:
-    """The generation requests of a chat request: tools in the prompt, one item per choice.
+    handler: Any, body: ChatCompletionRequest, tools: list[dict[str, Any]]
+) -> tuple[Any, list[Any]]:
+    """The chat request's plan (``aifab.inference.chat_completion``) and one item per choice.
 
-    Each item gets a fresh JSON constraint when the answer must be JSON (a forced call or
-    ``response_format``).
+    Bad messages, tools or schemas are 422s naming the field; ``max_tokens`` below the
+    shortest valid answer of a forced call or ``json_schema`` is a 400 naming the minimum.
     """
-    from aifab.inference.tool_calls import CALL_OPEN, template_messages
+    from aifab.inference.chat_completion import TooFewTokensError, constrain, plan_chat
 
-    messages = template_messages([m.as_template_message() for m in body.messages], tools)
+    messages = [m.as_template_message() for m in body.messages]
     try:
-        prompt = handler.chat_prompt(messages)
+        plan = plan_chat(handler, messages, tools, body.tool_choice, body.output_schema)
     except InvalidInputError as exc:
         raise as_api_error(exc) from None
-    schema = forced or body.output_schema
-    if forced is not None:
-        prompt += CALL_OPEN  # the model writes only the call's JSON
     items = []
     for i in range(body.n or 1):
-        item = _generation(handler, prompt, body, "messages", choice=i)
-        if schema is not None:
-            try:
-                item.params.constraint = handler.json_constraint(schema)
-            except InvalidInputError as exc:
-                where = "tool_choice" if forced is not None else "response_format"
-                raise ApiError(422, f"{where}: {exc.message}", param=where) from None
+        item = _generation(handler, plan.prompt, body, "messages", choice=i)
+        try:
+            constrain(handler, plan, item.params)
+        except TooFewTokensError as exc:
+            raise ApiError(400, exc.message, param="max_tokens") from None
+        except InvalidInputError as exc:
+            raise as_api_error(exc) from None
         items.append(item)
-    return items
+    return plan, items
 
 
-def chat_choice(
-    result: Any, tools: list[dict[str, Any]], forced: bool, parallel: bool | None, call_id: str
-) -> dict[str, Any]:
-    """One finished generation as a chat choice: text, or tool calls parsed out of it."""
-    import json
+def chat_choice(result: Any, plan: Any, parallel: bool | None, call_id: str) -> dict[str, Any]:
+    """One finished generation as a chat choice (with its log probabilities when asked)."""
+    from aifab.inference.chat_completion import chat_choice as parsed_choice
 
-    from aifab.inference.tool_calls import CALL_CLOSE, CALL_OPEN, parse_tool_calls
-
-    choice: dict[str, Any] = {"text": result.text, "finish_reason": result.finish_reason}
+    choice = parsed_choice(result, plan, parallel, call_id)
     if result.logprobs is not None:
         choice["logprobs"] = {"content": [_logprob(t) for t in result.logprobs], "refusal": None}
-    if not tools:
-        return choice
-    text = result.text
-    if forced:
-        if result.finish_reason != "stop":
-            return choice  # cut by max_tokens before the call's JSON closed: plain text
-        text = f"{CALL_OPEN}{json.dumps(json.loads(text))}{CALL_CLOSE}"
-    parsed = parse_tool_calls(text, tools, parallel=parallel is not False, call_id=call_id)
-    choice["content"] = parsed.content
-    if parsed.tool_calls:
-        choice.update(tool_calls=parsed.tool_calls, finish_reason="tool_calls")
-    if parsed.errors:
-        choice["tool_call_errors"] = parsed.errors
     return choice
 
 
@@ -391,7 +358,7 @@ async def embeddings(
                 param="dimensions",
             )
         try:
-            texts = handler.decode([_text(handler, t) for t in body.texts])
+            texts = handler.decode([_embedding_text(handler, t) for t in body.texts])
         except InvalidInputError as exc:
             raise as_api_error(exc) from None
     except ApiError as exc:
@@ -435,6 +402,26 @@ def _text(handler: Any, item: str | list[int]) -> str:
         text: str = handler.detokenize(item)
     except InvalidInputError as exc:
         raise as_api_error(exc) from None
+    return text
+
+
+#: Why token ids from elsewhere are refused: LangChain's OpenAIEmbeddings tokenizes with
+#: OpenAI's tiktoken and sends those ids, which mean other words (or nothing) to this model.
+_FOREIGN_IDS = (
+    "input: {reason}; token-id input must come from this model's own tokenizer. LangChain's "
+    "OpenAIEmbeddings sends OpenAI token ids unless created with "
+    "check_embedding_ctx_length=False (then it sends text)"
+)
+
+
+def _embedding_text(handler: Any, item: str | list[int]) -> str:
+    """An embedding input as text; ids outside the model's vocabulary are a 400."""
+    if isinstance(item, str):
+        return item
+    try:
+        text: str = handler.detokenize(item)
+    except InvalidInputError as exc:
+        raise ApiError(400, _FOREIGN_IDS.format(reason=exc.message), param="input") from None
     return text
 
 
