@@ -148,7 +148,16 @@ async def _validation_error(request: Request, exc: Exception) -> JSONResponse:
     field = _field(tuple(first.get("loc", ())))
     more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
     status = _openai_status(request, 422)
-    return _response(status, f"{field}: {first.get('msg', 'invalid')}{more}", param=field)
+    message = f"{field}: {first.get('msg', 'invalid')}{more}"
+    if field == "body" and not _sent_json(request):
+        # curl -d without -H sends form encoding: FastAPI then sees no JSON object at all.
+        message += "; send the body as JSON with the header 'Content-Type: application/json'"
+    return _response(status, message, param=field)
+
+
+def _sent_json(request: Request) -> bool:
+    media = request.headers.get("content-type", "").split(";", 1)[0].strip().lower()
+    return media == "application/json" or media.endswith("+json")
 
 
 async def _http_error(_: Request, exc: Exception) -> JSONResponse:
