@@ -96,11 +96,15 @@ def run_command(
 ) -> None:
     """Run an agent on one request; prints each step as it ends, then the answer."""
     from aifab.agents import ToolContext, run_agent
+    from aifab.core.errors import InvalidInputError
 
-    ctx = ToolContext(
-        gateway_url=gateway or os.environ.get("AIFAB_GATEWAY_URL"),
-        api_key=os.environ.get(key_env),
-    )
+    gateway_url = gateway or os.environ.get("AIFAB_GATEWAY_URL")
+    if gateway_url and not os.environ.get(key_env):
+        raise InvalidInputError(
+            f"--gateway {gateway_url}: the gateway needs an API key: set ${key_env} to one "
+            "(or name another variable with --key-env)"
+        )
+    ctx = ToolContext(gateway_url=gateway_url, api_key=os.environ.get(key_env))
 
     def show_step(step: dict[str, Any]) -> None:
         if not as_json:

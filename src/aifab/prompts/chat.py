@@ -123,7 +123,7 @@ class DeploymentChat:
                 yield chunk.text
 
 
-def _refusal(base_url: str, status: int, text: str) -> AifabError:
+def _refusal(base_url: str, status: int, text: str, key_env: str = API_KEY_ENV) -> AifabError:
     """An endpoint's error answer as ours.
 
     A request it finds malformed or too long (400, 413, 422) is the caller's to fix; anything
@@ -136,6 +136,12 @@ def _refusal(base_url: str, status: int, text: str) -> AifabError:
     message = message.strip()[:300]
     if status in (400, 413, 422):
         return InvalidInputError(f"chat endpoint {base_url} refused the request: {message}")
+    if status in (401, 403):
+        # The caller's to fix: say where the key comes from.
+        return InvalidInputError(
+            f"chat endpoint {base_url} answered {status}: {message} (the key sent is "
+            f"${key_env}; set it to an API key of that endpoint)"
+        )
     return UpstreamError(f"chat endpoint {base_url} answered {status}: {message}")
 
 
@@ -148,6 +154,8 @@ class OpenAIChat:
         self.name = f"{self.base_url}#{model}"
         self.api_key = api_key if api_key is not None else os.environ.get(API_KEY_ENV, "")
         self.timeout_s = timeout_s
+        #: Where the key came from, for messages: callers that pass their own say so.
+        self.key_env = API_KEY_ENV
 
     def _post(
         self,
@@ -189,7 +197,7 @@ class OpenAIChat:
         if response.status_code >= 400:
             response.read()
             client.close()
-            raise _refusal(self.base_url, response.status_code, response.text)
+            raise _refusal(self.base_url, response.status_code, response.text, self.key_env)
         return client, response
 
     def post_json(
