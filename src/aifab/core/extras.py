@@ -12,7 +12,7 @@ from types import ModuleType
 from aifab.core.errors import AifabError
 
 #: Module -> the aifab extra that installs it.
-EXTRAS = {"ray": "ray", "kubernetes": "k8s", "pykeen": "kg", "psycopg": "postgres"}
+EXTRAS = {"ray": "ray", "kubernetes": "k8s", "pykeen": "kg", "psycopg": "postgres", "s3fs": "s3"}
 
 
 class MissingExtraError(AifabError):
