@@ -12,9 +12,13 @@ the JSON schemas shipped in ``aifab/jobs/volcano_schema``) and submits. How aifa
   cluster default. Create the classes once (``volcano_schema.manifests.render_priority_class``).
 - retries: a failed pod aborts the Job and aifab starts a new attempt (a new Job) while
   ``max_retries`` allows; Volcano's ``maxRetry`` only restarts Jobs whose pods were evicted.
-- commands run in ``image`` (option, ``AIFAB_IMAGE``, or ``python:3.11-slim``); recipe jobs need
-  an image with aifab installed. ``AIFAB_*`` paths are passed through: mount the workspace at the
-  same path to keep checkpoints across attempts.
+- commands run in ``image`` (``pod.image``, option, ``AIFAB_IMAGE``, or ``python:3.11-slim``);
+  recipe jobs need an image with aifab installed (the Dockerfile). ``AIFAB_*`` paths are passed
+  through, and so are ``AIFAB_STORAGE_URI`` and ``AIFAB_TRACKING_URI``: with an object store a
+  pod with an empty workspace reads datasets and keeps checkpoints there. Secrets (the DB URL,
+  storage credentials) come from Kubernetes Secrets (``pod.env_from_secrets``), never inlined.
+- ``pod`` adds volumes with mounts (PVC, hostPath, NFS, emptyDir), ``nodeSelector``,
+  tolerations, ``imagePullSecrets`` and ``serviceAccountName`` (:mod:`aifab.jobs.pod_spec`).
 """
 
 from __future__ import annotations
@@ -41,7 +45,9 @@ from aifab.core.errors import (
     first_line,
 )
 from aifab.core.extras import require
+from aifab.core.settings import get_settings
 from aifab.jobs.executors.base import AttemptStatus, Launch, ReplicaLaunch
+from aifab.jobs.pod_spec import PodSpec
 from aifab.jobs.policy import Node
 from aifab.jobs.resources import Resources
 from aifab.jobs.spec import JobSpec
@@ -66,7 +72,14 @@ _FAILED = ("Failed", "Aborted", "Terminated")
 
 
 def _pod_env(env: Mapping[str, str], spec: Mapping[str, Any]) -> list[dict[str, str]]:
-    out = {k: v for k, v in env.items() if k not in _PLUGIN_ENV}
+    settings = get_settings()
+    # Not secrets: where the shared workspace is. The DB URL carries a password: a Secret.
+    shared = {
+        "AIFAB_STORAGE_URI": settings.storage_uri,
+        "AIFAB_TRACKING_URI": settings.tracking_uri,
+    }
+    out = {k: v for k, v in shared.items() if v}
+    out.update({k: v for k, v in env.items() if k not in _PLUGIN_ENV})
     out.update({"LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "1"})
     run = spec.get("run") or {}
     if run.get("recipe"):
@@ -119,7 +132,9 @@ class VolcanoExecutor:
         annotations = {}
         if not launch.spec.get("preemptible", True):
             annotations["volcano.sh/preemptable"] = "false"
-        pod: dict[str, Any] = {"restartPolicy": "Never", "containers": [self._container(launch)]}
+        container = self._container(launch)
+        pod: dict[str, Any] = {"restartPolicy": "Never", "containers": [container]}
+        PodSpec.model_validate(launch.spec.get("pod") or {}).apply(pod, container)
         if launch.timeout_s:  # the pod fails at the deadline, and PodFailed aborts the Job
             pod["activeDeadlineSeconds"] = max(1, math.ceil(launch.timeout_s))
         template = {"metadata": {"labels": dict(labels), "annotations": annotations}, "spec": pod}
