@@ -83,6 +83,22 @@ def test_pod_settings_reach_every_task(monkeypatch: pytest.MonkeyPatch) -> None:
         assert pod["serviceAccountName"] == "aifab-runner"
 
 
+def test_with_a_store_pods_use_their_own_workspace(
+    monkeypatch: pytest.MonkeyPatch, workspace: Any
+) -> None:
+    from aifab.jobs.executors.volcano import POD_HOME, VolcanoExecutor
+    from aifab.jobs.launch import build_launch
+
+    spec = JobSpec.model_validate(JOB)
+    launch = build_launch("job-7", 1, spec, ("n1", "n2"))
+    monkeypatch.setenv("AIFAB_STORAGE_URI", "s3://team-bucket/aifab")
+    (c,) = _pods(VolcanoExecutor(dry_run=True).render_job(launch))[0]["containers"]
+    env = {e["name"]: e.get("value") for e in c["env"]}
+    assert env["AIFAB_HOME"] == POD_HOME
+    assert env["AIFAB_CHECKPOINT_DIR"] == f"{POD_HOME}/artifacts/jobs/job-7/checkpoints"
+    assert not any(str(workspace.resolve()) in (v or "") for v in env.values())
+
+
 def test_pod_templates_are_valid_kubernetes_pods() -> None:
     kv = pytest.importorskip("kubernetes_validate")
     for spec in (JOB, {**JOB, "pod": {}}):

@@ -66,6 +66,8 @@ log = logging.getLogger(__name__)
 GROUP, VERSION, PLURAL = "batch.volcano.sh", "v1alpha1", "jobs"
 DEFAULT_IMAGE = "python:3.11-slim"
 PYTORCH_PORT = 23456
+#: A pod's local workspace when the shared one is on an object store (writable by any user).
+POD_HOME = "/tmp/aifab"
 #: Set per pod by Volcano's pytorch plugin, so never copied from aifab's launch environment.
 _PLUGIN_ENV = ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
 _FAILED = ("Failed", "Aborted", "Terminated")
@@ -80,6 +82,12 @@ def _pod_env(env: Mapping[str, str], spec: Mapping[str, Any]) -> list[dict[str, 
     }
     out = {k: v for k, v in shared.items() if v}
     out.update({k: v for k, v in env.items() if k not in _PLUGIN_ENV})
+    if settings.storage_uri:
+        # The pod's own scratch workspace: the submitter's directory does not exist there, and
+        # paths under it (checkpoints) map to the same store keys under the pod's.
+        head = str(settings.resolved_home)
+        out = {k: POD_HOME + v[len(head) :] if v.startswith(head) else v for k, v in out.items()}
+        out["AIFAB_HOME"] = POD_HOME
     out.update({"LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "1"})
     run = spec.get("run") or {}
     if run.get("recipe"):
