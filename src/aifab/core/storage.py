@@ -34,7 +34,7 @@ from aifab.core.settings import Settings, get_settings
 if TYPE_CHECKING:
     from fsspec import AbstractFileSystem
 
-__all__ = ["Store", "get_store"]
+__all__ = ["Store", "get_store", "local_file", "mirror_file"]
 
 
 class Store:
@@ -246,3 +246,31 @@ def get_store(settings: Settings | None = None) -> Store:
     if store is None:
         store = _stores[uri] = Store(uri)
     return store
+
+
+def mirror_file(key: str, *, once: bool = False) -> None:
+    """Copy the workspace file ``<AIFAB_HOME>/<key>`` to the store (nothing when local).
+
+    For files written locally first (fitted transforms, model directories' files) that other
+    machines must read: they get them back with :func:`local_file`.
+    """
+    from aifab.core.workspace import get_workspace
+
+    store = get_store()
+    if not store.is_local:
+        store.put_file(get_workspace().root / key, key, once=once)
+
+
+def local_file(key: str) -> Path:
+    """The workspace file ``<AIFAB_HOME>/<key>``, fetched from the store if this machine lacks it.
+
+    Raises:
+        FileNotFoundError: neither this machine nor the store has it.
+    """
+    from aifab.core.workspace import get_workspace
+
+    path = get_workspace().root / key
+    store = get_store()
+    if not store.is_local and not path.is_file():
+        store.get_file(key, path)
+    return path
