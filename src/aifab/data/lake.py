@@ -24,7 +24,7 @@ import duckdb
 import pyarrow.parquet as pq
 
 from aifab.core.audit import audited
-from aifab.core.errors import InvalidInputError, first_line
+from aifab.core.errors import IntegrityError, InvalidInputError, first_line
 from aifab.core.ids import new_id
 from aifab.core.settings import get_settings
 from aifab.core.storage import Store, get_store
@@ -89,12 +89,16 @@ def object_path(key: str) -> Path:
     With an object store it is the cached copy, fetched whole (atomically) on first use.
 
     Raises:
-        FileNotFoundError: the object store has no such object.
+        IntegrityError: the object store has no such object (``aifab data verify`` lists the
+            versions that need it).
     """
     path = get_workspace().lake / key
     store = get_store()
     if not store.is_local and not path.is_file():
-        store.get_file(f"lake/{key}", path)
+        try:
+            store.get_file(f"lake/{key}", path)
+        except FileNotFoundError:
+            raise IntegrityError(f"lake object {key} is missing from {store.uri}") from None
     return path
 
 

@@ -10,7 +10,7 @@ import duckdb
 import pytest
 
 from aifab.core.db import reset_engines
-from aifab.core.errors import InvalidInputError
+from aifab.core.errors import IntegrityError, InvalidInputError
 from aifab.core.storage import get_store
 from aifab.data import lake, query
 from aifab.data.catalog import VersionInfo, commit_query, resolve
@@ -87,9 +87,12 @@ def test_the_sandbox_still_refuses_paths_outside_the_lake(tmp_path: Path) -> Non
         query(f"SELECT * FROM read_parquet('{get_store().url('lake/objects/x.parquet')}')")
 
 
-def test_a_missing_stored_object_fails_the_read_clearly(workspace: Path) -> None:
+def test_a_missing_stored_object_fails_the_read_clearly(workspace: Path, cli) -> None:
     v = _commit("a")
     (workspace / "lake" / v.objects[0]).unlink()
     get_store().delete(f"lake/{v.objects[0]}")
-    with pytest.raises(FileNotFoundError):
+    with pytest.raises(IntegrityError, match="missing from s3://"):
         lake.object_path(v.objects[0])
+    r = cli("data", "query", "SELECT count(*) FROM a")
+    assert r.exit_code == 3 and "missing from s3://" in r.stderr
+    assert "Traceback" not in r.stderr
