@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import tempfile
 from collections.abc import Iterator
 from functools import cached_property
@@ -34,7 +35,10 @@ from aifab.core.settings import Settings, get_settings
 if TYPE_CHECKING:
     from fsspec import AbstractFileSystem
 
-__all__ = ["Store", "get_store", "local_file", "mirror_file"]
+__all__ = ["Store", "get_store", "local_dir", "local_file", "mirror_dir", "mirror_file"]
+
+#: Written last by :func:`mirror_dir`: a directory without it on the store is incomplete.
+COMPLETE = ".aifab-complete"
 
 
 class Store:
@@ -273,4 +277,46 @@ def local_file(key: str) -> Path:
     store = get_store()
     if not store.is_local and not path.is_file():
         store.get_file(key, path)
+    return path
+
+
+def mirror_dir(key: str) -> None:
+    """Copy the workspace directory ``<AIFAB_HOME>/<key>`` to the store (nothing when local).
+
+    A marker object goes last, so :func:`local_dir` never takes a half-copied directory.
+    """
+    from aifab.core.workspace import get_workspace
+
+    store = get_store()
+    if not store.is_local:
+        store.put_dir(get_workspace().root / key, key)
+        store.write_bytes(f"{key}/{COMPLETE}", b"")
+
+
+def local_dir(key: str) -> Path:
+    """The workspace directory ``<AIFAB_HOME>/<key>``, fetched whole from the store if missing.
+
+    Raises:
+        FileNotFoundError: neither this machine nor the store has a complete copy.
+    """
+    from aifab.core.workspace import get_workspace
+
+    path = get_workspace().root / key
+    store = get_store()
+    if store.is_local or path.is_dir():
+        return path
+    if not store.exists(f"{key}/{COMPLETE}"):
+        raise FileNotFoundError(f"{store.url(key)} is missing or incomplete")
+    tmp = path.parent / f".{path.name}.{os.getpid()}.tmp"
+    try:
+        store.get_dir(key, tmp)
+        (tmp / COMPLETE).unlink(missing_ok=True)
+        try:
+            os.replace(tmp, path)  # one rename: readers see all of it or none
+        except OSError:
+            if not path.is_dir():  # not another process that fetched it first
+                raise
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
     return path
