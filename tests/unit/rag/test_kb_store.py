@@ -16,7 +16,8 @@ from aifab.rag import create_kb
 _SEARCH = """
 import json
 from aifab.rag import search
-print(json.dumps([h["document"] for h in search("docs", "DuckDB Parquet", k=1, mode="bm25")["results"]]))
+hits = search("docs", "DuckDB Parquet", k=1, mode="bm25")["results"]
+print(json.dumps([h["document"] for h in hits]))
 """
 
 
