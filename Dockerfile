@@ -10,7 +10,7 @@ ENV PYTHONUNBUFFERED=1 PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1
 # The CPU build of torch first: anything that pulls torch before it pulls a multi-GB CUDA build.
 # For GPU nodes, build with --build-arg TORCH_INDEX=https://download.pytorch.org/whl/cu124
 ARG TORCH_INDEX=https://download.pytorch.org/whl/cpu
-ARG AIFAB_EXTRAS=ray,k8s,postgres
+ARG AIFAB_EXTRAS=ray,k8s,postgres,s3
 RUN pip install --index-url "${TORCH_INDEX}" torch==2.13.0
 
 COPY dist/aifab-*.whl /tmp/wheels/
@@ -19,8 +19,11 @@ COPY dist/aifab-*.whl /tmp/wheels/
 RUN set -eu; whl="$(ls /tmp/wheels/aifab-*.whl)"; \
     pip install "${whl}[${AIFAB_EXTRAS}]"; rm -rf /tmp/wheels
 
-# Jobs run as a non-root user; mount the shared workspace (AIFAB_HOME) at the same path as on
-# the workers so checkpoints survive attempts.
+# Jobs run as a non-root user. The workspace settings come in as environment variables (see
+# docs/team.md): AIFAB_STORAGE_URI and AIFAB_TRACKING_URI are rendered into the pod, AIFAB_DB_URL
+# and the storage credentials come from Kubernetes Secrets (JobSpec pod.env_from_secrets); with
+# a store the pod keeps only scratch files locally (AIFAB_HOME=/tmp/aifab). Without one, mount
+# the shared workspace (AIFAB_HOME) at the same path as on the workers (pod.volumes).
 # A numeric USER: Kubernetes' runAsNonRoot can check only a numeric one.
 RUN useradd --create-home --uid 1000 --user-group aifab
 USER 1000:1000

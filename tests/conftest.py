@@ -24,7 +24,13 @@ def isolate_env(mp: pytest.MonkeyPatch, home: Path) -> None:
     mp.setenv("AIFAB_HOME", str(home))
     mp.setenv("AIFAB_ACTOR", "user:test")
     mp.setenv("HF_HUB_OFFLINE", "1")
-    for name in ("AIFAB_DB_URL", "AIFAB_TRACKING_URI", "AIFAB_CHECKPOINT_DIR", "AIFAB_DEBUG"):
+    for name in (
+        "AIFAB_DB_URL",
+        "AIFAB_TRACKING_URI",
+        "AIFAB_CHECKPOINT_DIR",
+        "AIFAB_DEBUG",
+        "AIFAB_STORAGE_URI",
+    ):
         mp.delenv(name, raising=False)
     if os.environ.get(PG_SERVER_ENV):  # team mode: tests/team runs suites on PostgreSQL
         mp.setenv("AIFAB_DB_URL", new_pg_database(os.environ[PG_SERVER_ENV]))
@@ -47,6 +53,29 @@ def new_pg_database(server_url: str) -> str:
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute(f'CREATE DATABASE "{name}"')
     return url.set(database=name).render_as_string(hide_password=False)
+
+
+@pytest.fixture(scope="session")
+def s3_server() -> Iterator[Any]:
+    """moto's standalone S3 server, the named stand-in for S3/MinIO (started once per session)."""
+    sys.path.insert(0, str(Path(__file__).parent))
+    from moto_s3 import MotoS3Server
+
+    pytest.importorskip("s3fs")
+    pytest.importorskip("moto")
+    server = MotoS3Server()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def s3_storage(s3_server: Any, workspace: Path, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Put this test's workspace bytes on a fresh bucket of the S3 stand-in; returns the URI."""
+    for key, value in s3_server.env.items():
+        monkeypatch.setenv(key, value)
+    uri = f"s3://{s3_server.new_bucket()}/ws"
+    monkeypatch.setenv("AIFAB_STORAGE_URI", uri)
+    return uri
 
 
 @pytest.fixture(autouse=True)

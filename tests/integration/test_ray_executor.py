@@ -225,3 +225,29 @@ def test_reap_kills_replicas_orphaned_by_a_dead_actor(ray_local: Any, tmp_path: 
     RayExecutor().reap(handle)
     assert eventually(lambda: live_in_group(pgid) == [])
     assert gone(ray_local, handle["actors"], handle["placement_group"])
+
+
+def test_with_an_object_store_a_replica_uses_its_own_workspace(
+    ray_local: Any, s3_storage: str, worker: Worker, workspace: Path, tmp_path: Path
+) -> None:
+    """The replica sees none of the submitter's paths: its AIFAB_HOME is node-local, its
+    working directory the Ray worker's (not the submitter's), and the store (moto's S3
+    stand-in) is named."""
+    mine = tmp_path / "submitter-dir"
+    mine.mkdir()
+    code = (
+        "import os; e = os.environ; "
+        "print('home', e['AIFAB_HOME'], 'store', e['AIFAB_STORAGE_URI'], 'cwd', os.getcwd(), "
+        "'ckpt', e['AIFAB_CHECKPOINT_DIR'])"
+    )
+    job = submit(
+        {"name": "far", "executor": "ray", "run": {"command": [sys.executable, "-c", code]}}
+    )
+    drive(worker, lambda: state(job["id"]) in FINAL)
+    info = get_job(job["id"])
+    assert info["state"] == "succeeded", info["events"]
+    text = (attempt_dir(job["id"], 1) / "replica-0.log").read_text()
+    home = f"/tmp/aifab-ray/{job['id']}"
+    assert f"home {home} store {s3_storage} cwd " in text
+    assert f"ckpt {home}/artifacts/jobs/{job['id']}/checkpoints" in text
+    assert str(workspace.resolve()) not in text and str(mine) not in text

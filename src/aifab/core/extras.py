@@ -18,6 +18,7 @@ EXTRAS = {
     "pykeen": "kg",
     "psycopg": "postgres",
     "deltalake": "delta",
+    "s3fs": "s3",
 }
 
 

@@ -21,6 +21,11 @@ class Settings(BaseSettings):
     tracking_uri: str | None = Field(
         None, description="MLflow tracking URI; default an MLflow SQLite DB in the workspace."
     )
+    storage_uri: str | None = Field(
+        None,
+        description="Where every byte outside the metadata DB lives (lake, artifacts, indexes, "
+        "exports, logs): s3://bucket/prefix (also gs://, az://); default the workspace directory.",
+    )
     actor: str | None = Field(None, description="Who is acting, for the audit log (CLI).")
     duckdb_memory_limit: str | None = Field(
         None, description="Memory cap for DuckDB queries, e.g. 2GB (default: DuckDB's, 80% of RAM)."

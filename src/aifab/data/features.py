@@ -22,6 +22,7 @@ from aifab.core.audit import record_event
 from aifab.core.config import as_config
 from aifab.core.db import session_scope
 from aifab.core.errors import InvalidInputError, NotFoundError
+from aifab.core.storage import local_file, mirror_file
 from aifab.core.workspace import get_workspace
 from aifab.data import lake
 from aifab.data.catalog import VersionInfo, commit_query, resolve
@@ -170,13 +171,14 @@ def fit_features(
         raise lake.sql_error("feature spec", exc) from None
     ft = dataclasses.replace(ft, output=result.version.ref)
     path = ft.save(get_workspace().root / _artifact_rel(ft.digest))
+    mirror_file(_artifact_rel(ft.digest))  # named by its digest: the same bytes from any writer
     _record(ft, _artifact_rel(ft.digest))
     return FeatureResult(transform=ft, artifact_path=path, version=result.version)
 
 
 def _row_path(row: FeatureSetRow) -> Path:
     p = Path(row.path)
-    return p if p.is_absolute() else get_workspace().root / p
+    return p if p.is_absolute() else local_file(row.path)
 
 
 def load_feature_transform(ref: str | Path) -> FeatureTransform:

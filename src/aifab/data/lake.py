@@ -4,6 +4,12 @@ A dataset version is an ordered list of objects (usually one; appends add more).
 staged in ``tmp/`` and moved into ``lake/objects/`` by an atomic rename named after their content
 hash, so a crash never leaves a partial object where a reader can see it. Each object names the
 dataset version that wrote it in its Parquet key-value metadata (:func:`object_metadata`).
+
+With ``AIFAB_STORAGE_URI`` set the objects live in the object store (:mod:`aifab.core.storage`,
+keys ``lake/objects/...``), written once by a conditional put, and the local ``lake/`` is a
+read-through cache of them: an object is immutable and named by its rows' hash, so a cached copy
+never goes stale. DuckDB reads the cached files at local speed and the sandbox stays confined to
+``lake/`` and ``tmp/``.
 """
 
 from __future__ import annotations
@@ -18,9 +24,10 @@ import duckdb
 import pyarrow.parquet as pq
 
 from aifab.core.audit import audited
-from aifab.core.errors import InvalidInputError, first_line
+from aifab.core.errors import IntegrityError, InvalidInputError, first_line
 from aifab.core.ids import new_id
 from aifab.core.settings import get_settings
+from aifab.core.storage import Store, get_store
 from aifab.core.workspace import get_workspace
 
 #: Rows per hashing batch; any value gives the same digest (the stream is row by row).
@@ -77,8 +84,22 @@ def sql_ident(name: str) -> str:
 
 
 def object_path(key: str) -> Path:
-    """Absolute path of the lake object ``key``."""
-    return get_workspace().lake / key
+    """Absolute path of the lake object ``key`` on this machine.
+
+    With an object store it is the cached copy, fetched whole (atomically) on first use.
+
+    Raises:
+        IntegrityError: the object store has no such object (``aifab data verify`` lists the
+            versions that need it).
+    """
+    path = get_workspace().lake / key
+    store = get_store()
+    if not store.is_local and not path.is_file():
+        try:
+            store.get_file(f"lake/{key}", path)
+        except FileNotFoundError:
+            raise IntegrityError(f"lake object {key} is missing from {store.uri}") from None
+    return path
 
 
 def scan_sql(objects: Sequence[str]) -> str:
@@ -192,6 +213,9 @@ def restamp_object(
         return False
     staged = _stamped_copy(con, path, metadata)
     try:
+        store = get_store()
+        if not store.is_local:  # same rows, new footer: one PUT replaces it atomically
+            store.put_file(staged, f"lake/{key}")
         _place(staged, path)
     finally:
         staged.unlink(missing_ok=True)
@@ -225,11 +249,19 @@ def object_key(digest: str) -> str:
 def object_problem(con: duckdb.DuckDBPyConnection, key: str) -> str | None:
     """Why the object ``key`` cannot be trusted (missing, unreadable, corrupt), or None if sound.
 
-    The key names the content hash of the object's rows; it is recomputed from the file.
+    The key names the content hash of the object's rows; it is recomputed from the file (from
+    a fresh copy of the stored object when the lake is on an object store, not the cache).
     """
+    store = get_store()
+    if not store.is_local:
+        return _stored_problem(con, store, key)
     path = object_path(key)
     if not path.is_file():
         return "missing"
+    return _hash_problem(con, path, key)
+
+
+def _hash_problem(con: duckdb.DuckDBPyConnection, path: Path, key: str) -> str | None:
     try:
         actual = content_hash(con, [path])
     except duckdb.Error as exc:
@@ -253,6 +285,9 @@ def put_object(
     ``metadata`` (restamped first if the staged file lacks it); a reused one keeps its own.
     """
     key = object_key(digest)
+    store = get_store()
+    if not store.is_local:
+        return _put_stored(store, staged, key, con or connect(), metadata)
     target = object_path(key)
     problem = object_problem(con or connect(), key) if target.exists() else None
     if target.exists() and problem is None:
@@ -264,6 +299,55 @@ def put_object(
         staged = stamped
     try:
         _place(staged, target)
+    finally:
+        staged.unlink(missing_ok=True)
+    if problem is not None:
+        audited("lake.object.repair", f"object:{key}", {"problem": problem})
+    return key
+
+
+def _stored_problem(con: duckdb.DuckDBPyConnection, store: Store, key: str) -> str | None:
+    """:func:`object_problem` for an object store: hash a fresh download of the object."""
+    fresh = staging_path()
+    try:
+        store.get_file(f"lake/{key}", fresh)
+    except FileNotFoundError:
+        return "missing"
+    try:
+        problem = _hash_problem(con, fresh, key)
+    finally:
+        fresh.unlink(missing_ok=True)
+    if problem is not None:  # a cached copy of a bad object must not outlive its repair
+        (get_workspace().lake / key).unlink(missing_ok=True)
+    return problem
+
+
+def _put_stored(
+    store: Store,
+    staged: Path,
+    key: str,
+    con: duckdb.DuckDBPyConnection,
+    metadata: Mapping[str, str] | None,
+) -> str:
+    """:func:`put_object` for an object store: write once, check what another writer stored."""
+    stored = store.exists(f"lake/{key}")
+    problem = _stored_problem(con, store, key) if stored else None
+    if stored and problem is None:
+        staged.unlink(missing_ok=True)
+        return key
+    if metadata and not _carries(staged, metadata):
+        stamped = _stamped_copy(con, staged, metadata)
+        staged.unlink(missing_ok=True)
+        staged = stamped
+    try:
+        # A repair overwrites; otherwise a conditional put, and a writer that lost the race
+        # keeps the winner's object once its rows check out (same key, same rows).
+        written = store.put_file(staged, f"lake/{key}", once=problem is None)
+        if not written and (problem := _stored_problem(con, store, key)) is not None:
+            store.put_file(staged, f"lake/{key}")
+            written = True
+        if written:
+            _place(staged, get_workspace().lake / key)  # the cache holds what was stored
     finally:
         staged.unlink(missing_ok=True)
     if problem is not None:

@@ -10,6 +10,7 @@ import sys
 from collections import Counter
 from pathlib import Path
 
+from aifab.core.settings import get_settings
 from aifab.core.workspace import get_workspace
 from aifab.jobs.executors.base import Launch, ReplicaLaunch
 from aifab.jobs.spec import JobSpec
@@ -93,3 +94,26 @@ def build_launch(
         timeout_s=spec.timeout,
         spec=spec.model_dump(mode="json"),
     )
+
+
+def node_env(env: dict[str, str], node_home: str) -> dict[str, str]:
+    """A replica's environment for a node that cannot see this machine's workspace.
+
+    With ``AIFAB_STORAGE_URI`` set, paths under the submitter's ``AIFAB_HOME`` (checkpoints,
+    the result file) map to the same keys under ``node_home``, which the store mirrors; the
+    recipe config travels inline (``AIFAB_JOB_CONFIG_JSON``). Without a store the environment
+    is returned as it is (the workspace must then be a shared path).
+    """
+    settings = get_settings()
+    if not settings.storage_uri:
+        return dict(env)
+    out = dict(env)
+    if config := out.pop("AIFAB_JOB_CONFIG", None):
+        out["AIFAB_JOB_CONFIG_JSON"] = Path(config).read_text()
+    head = str(settings.resolved_home)
+    out = {k: node_home + v[len(head) :] if v.startswith(head) else v for k, v in out.items()}
+    out["AIFAB_HOME"] = node_home
+    out["AIFAB_STORAGE_URI"] = settings.storage_uri
+    if settings.tracking_uri:
+        out["AIFAB_TRACKING_URI"] = settings.tracking_uri
+    return out

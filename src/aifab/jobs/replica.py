@@ -27,6 +27,19 @@ def main() -> None:
     target = os.environ.get("AIFAB_JOB_RESULT")
     if target and os.environ.get("RANK", "0") == "0" and isinstance(result, dict):
         atomic_write_text(Path(target), json.dumps(result, default=str))
+        _mirror(Path(target))
+
+
+def _mirror(path: Path) -> None:
+    """Put the result on the object store when there is one (the submitter reads it there)."""
+    from aifab.core.settings import get_settings
+    from aifab.core.storage import mirror_file
+
+    try:
+        key = path.resolve().relative_to(get_settings().resolved_home).as_posix()
+    except ValueError:
+        return
+    mirror_file(key)
 
 
 if __name__ == "__main__":

@@ -354,6 +354,8 @@ def job_result(job_id: str) -> dict[str, Any] | None:
     """
     import json
 
+    from aifab.core.storage import local_file
+    from aifab.core.workspace import get_workspace
     from aifab.jobs.launch import result_path
 
     with session_scope() as s:
@@ -362,6 +364,11 @@ def job_result(job_id: str) -> dict[str, Any] | None:
             return None
         path = result_path(job_id, row.attempt)
     if not path.exists():
-        return None
+        try:  # written on another node: it is on the object store (when there is one)
+            path = local_file(path.relative_to(get_workspace().root).as_posix())
+        except FileNotFoundError:
+            return None
+        if not path.exists():
+            return None
     result: dict[str, Any] = json.loads(path.read_text())
     return result

@@ -9,6 +9,7 @@ from typing import Any, Literal
 from pydantic import Field, field_validator, model_validator
 
 from aifab.core.config import StrictConfig
+from aifab.jobs.pod_spec import PodSpec
 from aifab.jobs.resources import Resources
 
 _MEM = re.compile(r"^\s*([0-9]*\.?[0-9]+)\s*([KMGT]i?B?|[kmgt]i?b?)?\s*$")
@@ -97,6 +98,11 @@ class JobSpec(StrictConfig):
     env: dict[str, str] = Field(default_factory=dict, description="Extra environment variables.")
     workdir: str | None = Field(None, description="Working directory (default: the submitter's).")
     executor: Literal["local", "ray", "volcano"] = Field("local", description="Where it runs.")
+    pod: PodSpec = Field(
+        default_factory=PodSpec,
+        description="Cluster settings of the pods (Volcano): image, env from Secrets, volumes, "
+        "node selector, tolerations, image pull secrets, service account.",
+    )
     team: str | None = Field(None, max_length=100, description="Team charged for it (budgets).")
     project: str | None = Field(None, max_length=100, description="Project charged for it.")
 

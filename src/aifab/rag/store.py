@@ -22,6 +22,7 @@ import pyarrow.parquet as pq
 
 from aifab.core.atomic import atomic_write_text
 from aifab.core.errors import IntegrityError
+from aifab.core.storage import get_store, local_dir, mirror_dir
 from aifab.core.workspace import get_workspace
 from aifab.rag.chunking import Chunk
 from aifab.rag.index import FaissIndex
@@ -101,7 +102,12 @@ def publish(staged: Path, kb: str, version: int) -> Path:
     if final.exists():  # a crashed earlier attempt at this number left it unrecorded
         shutil.rmtree(final)
     os.replace(staged, final)
+    mirror_dir(_key(kb, version))  # other machines fetch it with local_dir
     return final
+
+
+def _key(kb: str, version: int) -> str:
+    return f"indexes/{kb}/v{version}"
 
 
 _CACHE: dict[str, KBFiles] = {}
@@ -125,6 +131,11 @@ def load_version(
     if hit is not None:
         return hit
     path = Path(directory)
+    if not path.is_dir() and not get_store().is_local:
+        try:  # built on another machine: its directory is there, ours comes from the store
+            path = local_dir(_key(kb, version))
+        except FileNotFoundError as exc:
+            raise IntegrityError(f"knowledge base {kb}@{version}: {exc}") from None
     try:
         manifest = json.loads((path / "manifest.json").read_text(encoding="utf-8"))
         chunks = pq.read_table(path / "chunks.parquet").to_pylist()

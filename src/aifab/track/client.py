@@ -2,7 +2,9 @@
 
 The default store is an MLflow SQLite DB in the workspace (``<AIFAB_HOME>/mlflow.db``) with
 artifacts under ``<AIFAB_HOME>/artifacts/mlflow/<experiment>``; ``AIFAB_TRACKING_URI`` points at
-any MLflow server or DB instead. mlflow is imported inside functions only.
+any MLflow server or DB instead. With ``AIFAB_STORAGE_URI`` set the artifact root is
+``<store>/artifacts/mlflow`` (MLflow's own S3/GCS/Azure repositories write there), so a model
+logged on one node is served from another. mlflow is imported inside functions only.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from aifab.core.errors import AifabError, ConflictError, InvalidInputError, NotFoundError
 from aifab.core.settings import get_settings
+from aifab.core.storage import get_store
 from aifab.core.workspace import get_workspace
 
 if TYPE_CHECKING:
@@ -47,6 +50,18 @@ def tracking_uri() -> str:
     if configured:
         return configured
     return f"sqlite:///{get_workspace().root / 'mlflow.db'}"
+
+
+def artifact_root(experiment: str = "") -> str:
+    """Where MLflow artifacts of ``experiment`` (a slug; empty: the root) go, as MLflow's URI.
+
+    The workspace's ``artifacts/mlflow`` directory, or the same key on the object store.
+    """
+    key = "artifacts/mlflow" + (f"/{experiment}" if experiment else "")
+    store = get_store()
+    if store.is_local:
+        return str(get_workspace().root / key)
+    return store.url(key)
 
 
 def get_client(uri: str | None = None) -> MlflowClient:
@@ -134,6 +149,7 @@ def _init_db_store(uri: str) -> None:
         return
     from mlflow.store.tracking.sqlalchemy_store import SqlAlchemyStore
 
-    root = get_workspace().artifacts / "mlflow"
-    root.mkdir(parents=True, exist_ok=True)
-    SqlAlchemyStore(uri, str(root)).engine.dispose()
+    root = artifact_root()
+    if get_store().is_local:
+        os.makedirs(root, exist_ok=True)
+    SqlAlchemyStore(uri, root).engine.dispose()

@@ -23,9 +23,9 @@ from typing import Any
 
 from aifab.core.actor import current_actor
 from aifab.core.errors import InvalidInputError, NotFoundError
-from aifab.core.workspace import get_workspace
 from aifab.track.client import (
     REMOTE_SCHEMES,
+    artifact_root,
     check_name,
     flatten_params,
     get_client,
@@ -69,7 +69,7 @@ def experiment_id(name: str, *, create: bool = True) -> str:
         location = None  # a tracking server chooses its own artifact root
         if not tracking_uri().startswith(REMOTE_SCHEMES):
             slug = re.sub(r"[^\w.\-]+", "_", name).strip("._") or "experiment"
-            location = str(get_workspace().artifacts / "mlflow" / slug)
+            location = artifact_root(slug)
         try:
             return str(client.create_experiment(name, artifact_location=location))
         except MlflowException as exc:  # another process may have created it first

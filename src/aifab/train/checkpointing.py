@@ -5,6 +5,9 @@ and the data position (epoch and next batch); it is written to a temp file, then
 
 The checkpoint directory is ``checkpoint_dir`` from the recipe config or ``$AIFAB_CHECKPOINT_DIR``
 (set by the job scheduler and stable across attempts, so a preempted job resumes).
+With ``AIFAB_STORAGE_URI`` set, checkpoints in the workspace are mirrored to the object store
+under the same key (each one PUT, atomic) and fetched from it when listed, so an attempt on
+another node resumes from them.
 """
 
 from __future__ import annotations
@@ -23,6 +26,8 @@ import torch
 
 from aifab.core.atomic import atomic_path
 from aifab.core.errors import InvalidInputError, first_line
+from aifab.core.settings import get_settings
+from aifab.core.storage import Store, get_store
 
 ENV_VAR = "AIFAB_CHECKPOINT_DIR"
 FORMAT = "aifab.train_state/1"
@@ -88,8 +93,29 @@ def set_rng_state(state: Mapping[str, Any]) -> None:
         torch.cuda.set_rng_state_all(state["cuda"])
 
 
+def _stored(directory: Path) -> tuple[Store, str] | None:
+    """The object store and key prefix mirroring ``directory``; None when local or outside."""
+    store = get_store()
+    if store.is_local:
+        return None
+    try:
+        rel = directory.expanduser().resolve().relative_to(get_settings().resolved_home)
+    except ValueError:
+        return None  # a directory the user chose outside the workspace stays theirs
+    return store, rel.as_posix()
+
+
 def list_checkpoints(directory: Path) -> list[Path]:
-    """Complete checkpoints in ``directory``, oldest step first (temp files are ignored)."""
+    """Complete checkpoints in ``directory``, oldest step first (temp files are ignored).
+
+    Checkpoints only the object store has (written on another node) are fetched first.
+    """
+    if (mirror := _stored(directory)) is not None:
+        store, prefix = mirror
+        for key in store.list(prefix):
+            name = key.rsplit("/", 1)[-1]
+            if _FILE.match(name) and not (directory / name).is_file():
+                store.get_file(key, directory / name)
     if not directory.is_dir():
         return []
     found = [p for p in directory.iterdir() if _FILE.match(p.name)]
@@ -145,8 +171,13 @@ def save_checkpoint(
     target = directory / f"step-{step:09d}.pt"
     with atomic_path(target) as tmp:
         torch.save(state, tmp)
+    mirror = _stored(directory)
+    if mirror is not None:
+        mirror[0].put_file(target, f"{mirror[1]}/{target.name}")
     for old in list_checkpoints(directory)[: -max(1, keep)]:
         old.unlink(missing_ok=True)
+        if mirror is not None:
+            mirror[0].delete(f"{mirror[1]}/{old.name}")
     return target
 
 

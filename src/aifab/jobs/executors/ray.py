@@ -20,15 +20,19 @@ from pathlib import Path
 from typing import Any
 
 from aifab.core.extras import require
+from aifab.core.settings import get_settings
 from aifab.jobs.executors.base import AttemptStatus, Launch, remember_done, unknown_status
 from aifab.jobs.executors.procs import kill_group
 from aifab.jobs.executors.ray_replica import ReplicaProcess
+from aifab.jobs.launch import node_env
 from aifab.jobs.policy import Node
 from aifab.jobs.resources import Resources
 
 log = logging.getLogger(__name__)
 
 NAMESPACE = "aifab"
+#: With an object store, a replica's local workspace on its node (the store holds the rest).
+RAY_NODE_HOME = "/tmp/aifab-ray"
 #: Seconds to wait for Ray to reserve an attempt's placement group before the launch fails.
 READY_TIMEOUT_S = 60.0
 #: Seconds the other replicas of a failed gang get after SIGTERM before SIGKILL.
@@ -184,7 +188,10 @@ class RayExecutor:
             started = ray.get(
                 [
                     a.start.remote(
-                        launch.argv, {**rl.env, **rendezvous}, launch.workdir, str(rl.log_path)
+                        launch.argv,
+                        {**node_env(rl.env, f"{RAY_NODE_HOME}/{launch.job_id}"), **rendezvous},
+                        None if get_settings().storage_uri else launch.workdir,
+                        str(rl.log_path),
                     )
                     for a, rl in zip(actors, reps, strict=True)
                 ],

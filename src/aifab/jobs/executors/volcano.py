@@ -12,9 +12,13 @@ the JSON schemas shipped in ``aifab/jobs/volcano_schema``) and submits. How aifa
   cluster default. Create the classes once (``volcano_schema.manifests.render_priority_class``).
 - retries: a failed pod aborts the Job and aifab starts a new attempt (a new Job) while
   ``max_retries`` allows; Volcano's ``maxRetry`` only restarts Jobs whose pods were evicted.
-- commands run in ``image`` (option, ``AIFAB_IMAGE``, or ``python:3.11-slim``); recipe jobs need
-  an image with aifab installed. ``AIFAB_*`` paths are passed through: mount the workspace at the
-  same path to keep checkpoints across attempts.
+- commands run in ``image`` (``pod.image``, option, ``AIFAB_IMAGE``, or ``python:3.11-slim``);
+  recipe jobs need an image with aifab installed (the Dockerfile). ``AIFAB_*`` paths are passed
+  through, and so are ``AIFAB_STORAGE_URI`` and ``AIFAB_TRACKING_URI``: with an object store a
+  pod with an empty workspace reads datasets and keeps checkpoints there. Secrets (the DB URL,
+  storage credentials) come from Kubernetes Secrets (``pod.env_from_secrets``), never inlined.
+- ``pod`` adds volumes with mounts (PVC, hostPath, NFS, emptyDir), ``nodeSelector``,
+  tolerations, ``imagePullSecrets`` and ``serviceAccountName`` (:mod:`aifab.jobs.pod_spec`).
 """
 
 from __future__ import annotations
@@ -41,7 +45,9 @@ from aifab.core.errors import (
     first_line,
 )
 from aifab.core.extras import require
+from aifab.core.settings import get_settings
 from aifab.jobs.executors.base import AttemptStatus, Launch, ReplicaLaunch
+from aifab.jobs.pod_spec import PodSpec
 from aifab.jobs.policy import Node
 from aifab.jobs.resources import Resources
 from aifab.jobs.spec import JobSpec
@@ -60,13 +66,28 @@ log = logging.getLogger(__name__)
 GROUP, VERSION, PLURAL = "batch.volcano.sh", "v1alpha1", "jobs"
 DEFAULT_IMAGE = "python:3.11-slim"
 PYTORCH_PORT = 23456
+#: A pod's local workspace when the shared one is on an object store (writable by any user).
+POD_HOME = "/tmp/aifab"
 #: Set per pod by Volcano's pytorch plugin, so never copied from aifab's launch environment.
 _PLUGIN_ENV = ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
 _FAILED = ("Failed", "Aborted", "Terminated")
 
 
 def _pod_env(env: Mapping[str, str], spec: Mapping[str, Any]) -> list[dict[str, str]]:
-    out = {k: v for k, v in env.items() if k not in _PLUGIN_ENV}
+    settings = get_settings()
+    # Not secrets: where the shared workspace is. The DB URL carries a password: a Secret.
+    shared = {
+        "AIFAB_STORAGE_URI": settings.storage_uri,
+        "AIFAB_TRACKING_URI": settings.tracking_uri,
+    }
+    out = {k: v for k, v in shared.items() if v}
+    out.update({k: v for k, v in env.items() if k not in _PLUGIN_ENV})
+    if settings.storage_uri:
+        # The pod's own scratch workspace: the submitter's directory does not exist there, and
+        # paths under it (checkpoints) map to the same store keys under the pod's.
+        head = str(settings.resolved_home)
+        out = {k: POD_HOME + v[len(head) :] if v.startswith(head) else v for k, v in out.items()}
+        out["AIFAB_HOME"] = POD_HOME
     out.update({"LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "1"})
     run = spec.get("run") or {}
     if run.get("recipe"):
@@ -119,7 +140,9 @@ class VolcanoExecutor:
         annotations = {}
         if not launch.spec.get("preemptible", True):
             annotations["volcano.sh/preemptable"] = "false"
-        pod: dict[str, Any] = {"restartPolicy": "Never", "containers": [self._container(launch)]}
+        container = self._container(launch)
+        pod: dict[str, Any] = {"restartPolicy": "Never", "containers": [container]}
+        PodSpec.model_validate(launch.spec.get("pod") or {}).apply(pod, container)
         if launch.timeout_s:  # the pod fails at the deadline, and PodFailed aborts the Job
             pod["activeDeadlineSeconds"] = max(1, math.ceil(launch.timeout_s))
         template = {"metadata": {"labels": dict(labels), "annotations": annotations}, "spec": pod}
