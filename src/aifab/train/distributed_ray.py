@@ -105,6 +105,10 @@ def run_with_ray_train(
         raise InvalidInputError(f"num_workers: must be >= 1, got {num_workers}")
     RECIPE_MAINS.get(recipe)  # an unknown recipe fails here, before any worker starts
     if not ray.is_initialized():
+        if not (address or os.environ.get("RAY_ADDRESS")):
+            # As the Ray executor: Ray's default for a new local instance, said explicitly so
+            # that it prints no WARNING.
+            os.environ.setdefault("RAY_AUTH_MODE", "token")
         ray.init(address=address)
     storage = get_workspace().artifacts / "ray-train"
     storage.mkdir(parents=True, exist_ok=True)

@@ -121,6 +121,10 @@ class RayExecutor:
         ray = require("ray", "the ray executor")
 
         if not ray.is_initialized():
+            if not (self.address or os.environ.get("RAY_ADDRESS")):
+                # A new local instance takes Ray's own default (token authentication), said
+                # explicitly: left unset, Ray prints a WARNING a user cannot act on every run.
+                os.environ.setdefault("RAY_AUTH_MODE", "token")
             ray.init(
                 address=self.address,
                 namespace=self.namespace,
