@@ -127,11 +127,20 @@ class KeyCache:
             self._entries.clear()
 
 
+_T = TypeVar("_T")
+
+
+def _on_app(app: FastAPI, name: str, make: Callable[[], _T]) -> _T:
+    """``app.state.<name>``, made on first use (apps and tests may set their own first)."""
+    value: _T | None = getattr(app.state, name, None)
+    if value is None:
+        value = make()
+        setattr(app.state, name, value)
+    return value
+
+
 def _cache(app: FastAPI) -> KeyCache:
-    cache = getattr(app.state, "key_cache", None)
-    if cache is None:
-        cache = app.state.key_cache = KeyCache()
-    return cache
+    return _on_app(app, "key_cache", KeyCache)
 
 
 def forget_keys(app: FastAPI) -> None:
@@ -140,10 +149,7 @@ def forget_keys(app: FastAPI) -> None:
 
 
 def _failures(app: FastAPI) -> FailedAuthLimiter:
-    limiter = getattr(app.state, "auth_failures", None)
-    if limiter is None:
-        limiter = app.state.auth_failures = FailedAuthLimiter()
-    return limiter
+    return _on_app(app, "auth_failures", FailedAuthLimiter)
 
 
 def _client(request: Request) -> str:
