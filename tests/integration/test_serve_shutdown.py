@@ -1,9 +1,13 @@
 """SIGTERM stops a real ``aifab serve`` process within seconds, even with requests in flight
-(issue 9, fault 1: a stalled request used to hold the server up forever)."""
+(issue 9, fault 1: a stalled request used to hold the server up forever) and under issue 19's
+floods (bogus keys, failed sign-ins, static misses, wide pushes)."""
 
 from __future__ import annotations
 
+import contextlib
+import json
 import os
+import secrets
 import signal
 import socket
 import subprocess
@@ -24,16 +28,83 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def _wait_ready(proc: subprocess.Popen[bytes], port: int) -> None:
+def _start(port: int) -> subprocess.Popen[bytes]:
+    """``aifab serve`` on ``port``, returned once it answers (killed if it never does)."""
+    entry = "import sys; from aifab.cli.main import main; sys.argv[0] = 'aifab'; main()"
+    cmd = [sys.executable, "-c", entry, "serve", "--port", str(port), "--no-worker"]
+    proc = subprocess.Popen(cmd, env=os.environ.copy(), stderr=subprocess.PIPE)
     deadline = time.monotonic() + 120
     while True:
         try:
             if httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=2).status_code == 200:
-                return
+                return proc
         except httpx.TransportError:
             pass
-        assert proc.poll() is None and time.monotonic() < deadline, "server did not start"
+        if proc.poll() is not None or time.monotonic() > deadline:
+            proc.kill()
+            pytest.fail("server did not start")
         time.sleep(0.2)
+
+
+def _stop_in(proc: subprocess.Popen[bytes]) -> float:
+    """Seconds SIGTERM took to stop ``proc`` (fails the test beyond 30 s)."""
+    started = time.monotonic()
+    proc.send_signal(signal.SIGTERM)
+    try:
+        proc.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        pytest.fail("aifab serve still running 30 s after SIGTERM")
+    return time.monotonic() - started
+
+
+def test_sigterm_stops_the_server_under_issue_19_floods(workspace: Path) -> None:
+    from aifab.data import append_records
+    from aifab.serve.keys import create_key
+
+    _, secret = create_key("client", name="pusher", rate=None, datasets="*")
+    append_records("wide", [{f"c{j}": float(j) for j in range(2048)}], flush=True)
+    wide = json.dumps(
+        {"records": [{f"c{j}": float(i + j) for j in range(2048)} for i in range(500)]}
+    ).encode()
+    port = _free_port()
+    proc = _start(port)
+    url = f"http://127.0.0.1:{port}"
+    stop = threading.Event()
+    answered: list[int] = []
+
+    def flood(send: object) -> None:
+        with httpx.Client(base_url=url, timeout=30) as client:
+            while not stop.is_set():
+                # The server going away mid-request is what this test does.
+                with contextlib.suppress(httpx.HTTPError):
+                    answered.append(send(client).status_code)  # type: ignore[operator]
+
+    sends = [
+        lambda c: c.post(
+            "/v1/deployments", headers={"X-API-Key": f"aifab-{secrets.token_urlsafe(32)}"}
+        ),
+        lambda c: c.post("/ui/login", data={"key": f"aifab-{secrets.token_urlsafe(8)}"}),
+        lambda c: c.get(f"/ui/static/{secrets.token_hex(140)}.js"),
+        lambda c: c.post(
+            "/v1/datasets/wide/records",
+            content=wide,
+            headers={"Authorization": f"Bearer {secret}", "Content-Type": "application/json"},
+        ),
+    ]
+    threads = [threading.Thread(target=flood, args=(s,), daemon=True) for s in sends]
+    try:
+        for t in threads:
+            t.start()
+        deadline = time.monotonic() + 120
+        while len(answered) < 60 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert 429 in answered and 500 not in answered
+        assert _stop_in(proc) < 15
+    finally:
+        stop.set()
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
 
 
 def test_sigterm_stops_the_server_with_a_request_in_flight(workspace: Path) -> None:
@@ -41,11 +112,8 @@ def test_sigterm_stops_the_server_with_a_request_in_flight(workspace: Path) -> N
 
     _, secret = create_key("client", name="pusher", rate=None, datasets="*")
     port = _free_port()
-    entry = "import sys; from aifab.cli.main import main; sys.argv[0] = 'aifab'; main()"
-    cmd = [sys.executable, "-c", entry, "serve", "--port", str(port), "--no-worker"]
-    proc = subprocess.Popen(cmd, env=os.environ.copy(), stderr=subprocess.PIPE)
+    proc = _start(port)
     try:
-        _wait_ready(proc, port)
         # A client that sends half its body and stalls: the request stays in flight.
         stalled = socket.create_connection(("127.0.0.1", port))
         stalled.sendall(
@@ -55,13 +123,7 @@ def test_sigterm_stops_the_server_with_a_request_in_flight(workspace: Path) -> N
             + b'{"records": [{"a": '
         )
         time.sleep(1.0)
-        started = time.monotonic()
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            pytest.fail("aifab serve still running 30 s after SIGTERM")
-        assert time.monotonic() - started < 15
+        assert _stop_in(proc) < 15
         stalled.close()
     finally:
         if proc.poll() is None:
@@ -92,9 +154,7 @@ def test_sigterm_stops_the_server_while_renders_attack(workspace: Path) -> None:
     ]
     names = ["loops", "macros"] * 3 + ["loops"]
     port = _free_port()
-    entry = "import sys; from aifab.cli.main import main; sys.argv[0] = 'aifab'; main()"
-    cmd = [sys.executable, "-c", entry, "serve", "--port", str(port), "--no-worker"]
-    proc = subprocess.Popen(cmd, env=os.environ.copy(), stderr=subprocess.DEVNULL)
+    proc = _start(port)
     base = f"http://127.0.0.1:{port}"
 
     def attack(name: str, secret: str) -> int:
@@ -110,7 +170,6 @@ def test_sigterm_stops_the_server_while_renders_attack(workspace: Path) -> None:
             return 0  # the server went away mid-request: what SIGTERM is for
 
     try:
-        _wait_ready(proc, port)
         with concurrent.futures.ThreadPoolExecutor(7) as pool:
             answers = list(pool.map(attack, names, secrets))
         assert answers == [422] * 7  # each stopped at its limit, none a 500

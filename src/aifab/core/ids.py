@@ -5,13 +5,19 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import random
 import time
 from typing import Any
 
 
 def new_id(prefix: str) -> str:
-    """Return a sortable unique id such as ``job_0192f1c3a4b5_9f8e7d6c``."""
-    return f"{prefix}_{time.time_ns() // 1_000_000:012x}_{os.urandom(4).hex()}"
+    """Return a sortable unique id such as ``job_0192f1c3a4b5_9f8e7d6c``.
+
+    The random part comes from ``random`` (seeded from the OS, reseeded in forked children):
+    ids need uniqueness, not secrecy, and ``os.urandom`` is a system call that lets go of the
+    GIL on every request of the serving hot path.
+    """
+    return f"{prefix}_{time.time_ns() // 1_000_000:012x}_{random.getrandbits(32):08x}"
 
 
 def canonical_json(obj: Any) -> str:

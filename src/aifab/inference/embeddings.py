@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import os
 import threading
 from collections.abc import Mapping
@@ -32,6 +33,10 @@ class EmbeddingHandler:
         # encode() tokenizes with a shared Rust tokenizer whose settings it may change; one
         # call at a time keeps concurrent server workers from tripping over it.
         self._lock = threading.Lock()
+        # Counting and detokenizing use their own copy of the tokenizer: a small request's
+        # count must not wait for the lock a big batch holds while it runs on the model.
+        self._counter: Any = None
+        self._count_lock = threading.Lock()
 
     def setup(
         self, model_dir: Path, sidecar: Mapping[str, Any], options: Mapping[str, Any]
@@ -68,6 +73,7 @@ class EmbeddingHandler:
         if not dimension:
             raise InvalidInputError(f"{path}: the model does not say its embedding dimension")
         self.model = model.eval()
+        self._counter = copy.deepcopy(model.tokenizer)
         self.dimension = int(dimension)
         self.model_id = str(options.get("model_id") or path.name)
 
@@ -129,13 +135,13 @@ class EmbeddingHandler:
         """
         from aifab.inference.lm import detokenize_ids
 
-        with self._lock:
-            return detokenize_ids(self.model.tokenizer, ids, keep_special=False)
+        with self._count_lock:
+            return detokenize_ids(self._counter, ids, keep_special=False)
 
     def count_tokens(self, text: str) -> int:
         """Tokens the model reads for ``text`` (special tokens included, after truncation)."""
-        with self._lock:
-            ids = self.model.tokenizer(text, truncation=True, max_length=self.model.max_seq_length)[
+        with self._count_lock:
+            ids = self._counter(text, truncation=True, max_length=self.model.max_seq_length)[
                 "input_ids"
             ]
         return len(ids)

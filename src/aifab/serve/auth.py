@@ -1,7 +1,8 @@
 """Who is calling, and may they: the ``require(*permissions)`` FastAPI dependency of every route.
 
 It reads the key (``Authorization: Bearer`` or ``X-API-Key``), answers 401 (no, unknown or
-revoked key), 403 (the role lacks the permission) or 429 (over the key's rate or token quota),
+revoked key), 403 (the role lacks the permission) or 429 (over the key's rate or token quota, or
+too many failed authentications from the client's address: :mod:`aifab.serve.auth_failures`),
 and leaves a :class:`Principal` on ``request.state.principal``. Secrets are never logged.
 """
 
@@ -10,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
+from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import ParamSpec, TypeVar
@@ -18,11 +20,21 @@ from fastapi import Depends, FastAPI, Request
 from fastapi.security import APIKeyHeader, HTTPAuthorizationCredentials, HTTPBearer
 
 from aifab.core.actor import acting_as
+from aifab.serve.auth_failures import FailedAuthLimiter
 from aifab.serve.errors import ApiError
 from aifab.serve.keys import PERMISSIONS, KeyInfo, authenticate, hash_secret
 from aifab.serve.limits import retry_after
 
-__all__ = ["KeyCache", "Principal", "admit", "authorize_headers", "forget_keys", "require"]
+__all__ = [
+    "KeyCache",
+    "Principal",
+    "admit",
+    "auth_failed",
+    "auth_wait",
+    "authorize_headers",
+    "forget_keys",
+    "require",
+]
 
 _ALL_PERMISSIONS = frozenset().union(*PERMISSIONS.values())
 _UNAUTHORIZED = {"WWW-Authenticate": "Bearer"}
@@ -61,16 +73,32 @@ class Principal:
 class KeyCache:
     """Recent :func:`authenticate` answers by secret hash, so most requests skip the DB.
 
+    It also remembers which secrets were valid keys lately (:meth:`known`), so a client address
+    throttled for failing may still use a key it (or a neighbour behind the same address) holds.
+
     Args:
         ttl_s: how long an answer is reused: a revoked key keeps working at most this long.
         max_entries: the cache is emptied beyond this (random bad keys must not grow it).
+        known_s: how long a valid key's hash is remembered as known (it only lets the key be
+            looked up while its address is throttled; the lookup still decides).
     """
 
-    def __init__(self, ttl_s: float = 1.0, max_entries: int = 10_000) -> None:
+    def __init__(
+        self, ttl_s: float = 1.0, max_entries: int = 10_000, known_s: float = 3600.0
+    ) -> None:
         self.ttl_s = ttl_s
         self.max_entries = max_entries
+        self.known_s = known_s
         self._entries: dict[str, tuple[KeyInfo | None, float]] = {}
+        self._known: OrderedDict[str, float] = OrderedDict()
         self._lock = threading.Lock()
+
+    def known(self, secret: str) -> bool:
+        """Whether ``secret`` was a valid key within ``known_s`` (no DB work)."""
+        digest = hash_secret(secret)
+        with self._lock:
+            until = self._known.get(digest)
+        return until is not None and until > time.monotonic()
 
     def get(self, secret: str) -> KeyInfo | None:
         """The active key of ``secret``, or None."""
@@ -81,11 +109,16 @@ class KeyCache:
         if hit is not None and hit[1] > now:
             return hit[0]
         info = authenticate(secret)
-        if self.ttl_s > 0:
-            with self._lock:
+        with self._lock:
+            if self.ttl_s > 0:
                 if len(self._entries) >= self.max_entries:
                     self._entries.clear()
                 self._entries[digest] = (info, now + self.ttl_s)
+            if info is not None:
+                self._known[digest] = now + self.known_s
+                self._known.move_to_end(digest)
+                if len(self._known) > self.max_entries:
+                    self._known.popitem(last=False)
         return info
 
     def invalidate(self) -> None:
@@ -94,16 +127,51 @@ class KeyCache:
             self._entries.clear()
 
 
+_T = TypeVar("_T")
+
+
+def _on_app(app: FastAPI, name: str, make: Callable[[], _T]) -> _T:
+    """``app.state.<name>``, made on first use (apps and tests may set their own first)."""
+    value: _T | None = getattr(app.state, name, None)
+    if value is None:
+        value = make()
+        setattr(app.state, name, value)
+    return value
+
+
 def _cache(app: FastAPI) -> KeyCache:
-    cache = getattr(app.state, "key_cache", None)
-    if cache is None:
-        cache = app.state.key_cache = KeyCache()
-    return cache
+    return _on_app(app, "key_cache", KeyCache)
 
 
 def forget_keys(app: FastAPI) -> None:
     """Make the app re-read keys now (call after revoking a key through the app)."""
     _cache(app).invalidate()
+
+
+def _failures(app: FastAPI) -> FailedAuthLimiter:
+    return _on_app(app, "auth_failures", FailedAuthLimiter)
+
+
+def _client(request: Request) -> str:
+    # The socket's peer: uvicorn runs with proxy headers off, so this cannot be spoofed.
+    return request.client.host if request.client is not None else "-"
+
+
+def auth_wait(request: Request, secret: str) -> float | None:
+    """Seconds the request's address must wait before ``secret`` is checked, or None.
+
+    None when the address has failures left or ``secret`` was a valid key lately; costs no DB
+    work either way, so a throttled flood of bogus keys is cheap to refuse.
+    """
+    wait = _failures(request.app).wait(_client(request))
+    if wait is None or _cache(request.app).known(secret):
+        return None
+    return wait
+
+
+def auth_failed(request: Request) -> None:
+    """Count a failed authentication against the request's client address."""
+    _failures(request.app).failed(_client(request))
 
 
 def _authorize(request: Request, secret: str | None, permissions: tuple[str, ...]) -> Principal:
@@ -114,8 +182,18 @@ def _authorize(request: Request, secret: str | None, permissions: tuple[str, ...
             code="missing_api_key",
             headers=_UNAUTHORIZED,
         )
+    wait = auth_wait(request, secret)
+    if wait is not None:
+        after = retry_after(wait)
+        raise ApiError(
+            429,
+            f"too many failed authentications from this address; retry in {after} s",
+            code="auth_rate_limited",
+            headers={"Retry-After": after},
+        )
     key = _cache(request.app).get(secret)
     if key is None:
+        auth_failed(request)
         raise ApiError(
             401, "invalid or revoked API key", code="invalid_api_key", headers=_UNAUTHORIZED
         )

@@ -2,7 +2,8 @@
 
 The key travels once, in a POSTed form (never in a URL); the cookie then names only the key's
 id and is HttpOnly and SameSite=Strict. Client keys are refused: they call models, they do
-not read the platform.
+not read the platform. Failed sign-ins count against the address's failed-authentication limit
+(shared with the API, :mod:`aifab.serve.auth_failures`): over it, the form answers 429.
 """
 
 from __future__ import annotations
@@ -12,7 +13,9 @@ import asyncio
 from fastapi import APIRouter, Request, Response
 from fastapi.responses import RedirectResponse
 
+from aifab.serve.auth import auth_failed, auth_wait
 from aifab.serve.keys import PERMISSIONS, authenticate
+from aifab.serve.limits import retry_after
 from aifab.web.auth import Viewer, read_form, viewer
 from aifab.web.render import page
 from aifab.web.routing import UiRoute
@@ -43,9 +46,18 @@ async def login(request: Request) -> Response:
     """Check the key and open a session; a bad key re-renders the form with the reason."""
     fields = await read_form(request, None)
     target = safe_next(fields.get("next"))
-    key = await asyncio.to_thread(authenticate, fields.get("key", "").strip())
-    error = None
+    secret = fields.get("key", "").strip()
+    wait = auth_wait(request, secret)
+    if wait is not None:
+        after = retry_after(wait)
+        slow = f"Too many failed sign-ins from this address: try again in {after} s."
+        refused = page(request, "login.html", status=429, next=target, error=slow, viewer=None)
+        refused.headers["Retry-After"] = after
+        return refused
+    key = await asyncio.to_thread(authenticate, secret)
+    error: str | None = None
     if key is None:
+        auth_failed(request)
         error = "That key is unknown or revoked."
     elif "read" not in PERMISSIONS.get(key.role, frozenset()):
         error = f"A {key.role} key cannot open the dashboard: use a viewer, developer or admin key."

@@ -100,3 +100,29 @@ def test_corrupt_model_directory(tmp_path: Path) -> None:
     (tmp_path / "modules.json").write_text("{not json", encoding="utf-8")
     with pytest.raises(InvalidInputError, match="cannot load the embedding model"):
         EmbeddingHandler().setup(tmp_path, {"builder": "sentence-transformers"}, {})
+
+
+def test_counting_tokens_does_not_wait_for_a_running_batch(handler: EmbeddingHandler) -> None:
+    """Issue 19 item 5: a small request's token count waited on the lock a big batch held."""
+    import threading
+
+    big = ["many words in a long text " * 400] * 16
+    running = threading.Event()
+    done = threading.Event()
+
+    def embed_big() -> None:
+        running.set()
+        handler.predict(big)
+        done.set()
+
+    thread = threading.Thread(target=embed_big)
+    thread.start()
+    running.wait()
+    while not handler._lock.locked() and not done.is_set():  # the big batch is on the model
+        threading.Event().wait(0.001)
+    counts = [handler.count_tokens("hello world") for _ in range(3)]
+    detok = handler.detokenize([7592, 2088])
+    finished_first = done.is_set()
+    thread.join()
+    assert counts == [4, 4, 4] and detok == "hello world"
+    assert not finished_first, "counting waited for the big batch to finish"

@@ -139,3 +139,19 @@ def test_an_unknown_dashboard_url_is_a_page_and_a_menu_label_leads_to_its_sectio
     assert r.status_code == 404
     assert r.headers["content-type"].startswith("text/html")
     assert "no dashboard page at /ui/no-such-page" in r.text
+
+
+def test_static_misses_are_not_remembered_and_odd_names_are_404(client: TestClient) -> None:
+    """Issue 19 item 7: misses grew a cache without bound; a 260-char name was a 500."""
+    from aifab.web import static_files
+
+    for name in ("a" * 260 + ".js", "b/" * 200 + "x.css", "x" * 5000 + ".txt", "%00.js"):
+        r = client.get(f"/ui/static/{name}")
+        assert r.status_code == 404, (name[:20], r.status_code)
+        assert r.json()["error"]["message"].startswith("no static file")
+        assert len(r.content) < 400  # the name is not echoed back at length
+    before = static_files._read.cache_info().currsize
+    for i in range(300):
+        assert client.get(f"/ui/static/missing-{i}.js").status_code == 404
+    assert static_files._read.cache_info().currsize == before
+    assert client.get("/ui/static/app.css").status_code == 200
