@@ -226,7 +226,7 @@ def test_ray_engine_streams_a_table_four_times_its_object_store(ray_local: Any) 
 
     from aifab.data import lake
 
-    v = commit_query("big", BIG.format(rows=3_300_000), source="t", transform={"kind": "t"})
+    v = commit_query("big", BIG.format(rows=4_000_000), source="t", transform={"kind": "t"})
     meta = [pq.read_metadata(lake.object_path(k)) for k in v.version.objects]
     size = sum(m.row_group(i).total_byte_size for m in meta for i in range(m.num_row_groups))
     assert size >= 4 * OBJECT_STORE
@@ -239,3 +239,35 @@ def test_ray_engine_streams_a_table_four_times_its_object_store(ray_local: Any) 
     ray_v = clean("big", {"steps": steps, "engine": "ray"}, output="big_ray").version
     duck = clean("big", {"steps": steps}, output="big_duckdb").version
     assert ray_v.content_hash == duck.content_hash and ray_v.num_rows == duck.num_rows
+
+
+def test_pipeline_steps_choose_the_ray_engine(ray_local: Any, tmp_path: Any) -> None:
+    """``engine: ray`` in a pipeline step's spec: clean + features run on Ray."""
+    import json
+
+    from aifab.data.catalog import resolve
+    from aifab.pipeline.runner import run_pipeline
+
+    commit_query("f", FEATURE_ROWS, source="test", transform={"kind": "test"})
+    clean_spec = {"engine": "ray", "steps": [{"fill_nulls": {"strategy": {"amount": "median"}}}]}
+    features = {**FEATURES, "engine": "ray"}
+    steps = [
+        {
+            "name": "clean",
+            "uses": "clean",
+            "with": {"input": "f", "output": "fc", "spec": clean_spec},
+        },
+        {
+            "name": "feats",
+            "uses": "features",
+            "with": {"input": "fc", "output": "ff", "spec": features},
+        },
+    ]
+    path = tmp_path / "pipeline.yaml"
+    path.write_text(json.dumps({"name": "on-ray", "steps": steps}))  # JSON is YAML
+    result = run_pipeline(path)
+    assert result.ok, result.to_dict()
+    duck = clean("f", {"steps": clean_spec["steps"]}, output="fc_duckdb").version
+    assert resolve("fc").content_hash == duck.content_hash
+    assert resolve("fc").transform["spec"]["engine"] == "ray"
+    assert resolve("ff").transform["kind"] == "features" and resolve("ff").parents == ["fc@1"]
