@@ -23,6 +23,7 @@ from aifab.core.errors import InvalidInputError
 from aifab.data import clean_steps as cs
 from aifab.data import lake
 from aifab.data.catalog import CommitResult, VersionInfo, commit_query, resolve
+from aifab.data.engines import Engine
 from aifab.data.lake import sql_error, sql_ident, sql_string
 from aifab.data.pii import CARD_UDF, register_functions
 from aifab.data.profile import kind_of
@@ -52,11 +53,15 @@ class CleanSpec(StrictConfig):
 
     steps: list[cs.Step] = Field(min_length=1, description="Steps, applied in order.")
     stats: bool = Field(False, description="Count rows after every step (one pass per step).")
+    engine: Engine = Field(
+        "duckdb", description="duckdb (in-process) or ray (Ray Data, for tables beyond one node)."
+    )
 
     def to_yaml_dict(self) -> dict[str, Any]:
         """The spec in its YAML shape (one key per step), JSON-ready."""
         steps = [{s.op: s.model_dump(mode="json", exclude={"op"})} for s in self.steps]
-        return {"steps": steps, "stats": self.stats}
+        engine = {} if self.engine == "duckdb" else {"engine": self.engine}
+        return {"steps": steps, "stats": self.stats, **engine}
 
 
 def describe(con: duckdb.DuckDBPyConnection, sql: str, where: str) -> dict[str, str]:
@@ -354,6 +359,13 @@ def clean(
     """
     spec = as_config(CleanSpec, spec, source="clean spec")
     source = resolve(ref)
+    if spec.engine == "ray":
+        from aifab.data.engines.ray_clean import clean_on_ray
+
+        result, rejected = clean_on_ray(source, spec, output or source.dataset)
+        if result.created and rejected:
+            quarantine(source.dataset, "clean", rejected, version_id=source.id)
+        return result
     con = lake.connect(sandboxed=True)
     try:
         query, infos, rejected = compile_steps(con, source, spec)

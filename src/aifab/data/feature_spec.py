@@ -13,6 +13,7 @@ from typing import Annotated, Literal
 from pydantic import Field, field_validator
 
 from aifab.core.config import StrictConfig
+from aifab.data.engines import Engine
 
 _NAME = Field(None, description="Output column (or prefix); default: the input column.")
 
@@ -143,6 +144,13 @@ class FeatureSpec(StrictConfig):
     )
     split_column: str = Field("split", description="Column that marks training rows.")
     train_value: str = Field("train", description="Value of split_column on training rows.")
+    # Left out of dumps: the transform (its artifact and digest) is the same whichever engine
+    # fitted it, so serving and lineage do not see it.
+    engine: Engine = Field(
+        "duckdb",
+        exclude=True,
+        description="duckdb (in-process) or ray (Ray Data, for tables beyond one node).",
+    )
 
 
 def output_name(feature: Feature) -> str:

@@ -77,7 +77,12 @@ def _fit(
         if has_split
         else None
     )
-    params, train_rows = fit_params(con, spec, v.scan_sql(), where)
+    if spec.engine == "ray":
+        from aifab.data.engines.ray_features import fit_params_on_ray
+
+        params, train_rows = fit_params_on_ray(v, spec, where)
+    else:
+        params, train_rows = fit_params(con, spec, v.scan_sql(), where)
     used = dict.fromkeys([*passthrough, *(f.column for f in spec.features)])
     return FeatureTransform(
         name=name,
@@ -158,15 +163,20 @@ def fit_features(
     con = lake.connect(sandboxed=True)
     try:
         ft = _fit(v, cfg, name, con)
-        ft.register(con)
-        result = commit_query(
-            name,
-            ft.select_sql(v.scan_sql(), v.columns),
-            source=f"features({v.ref})",
-            transform=_version_transform(ft),
-            parents=[v],
-            con=con,
-        )
+        if cfg.engine == "ray":
+            from aifab.data.engines.ray_features import commit_features_on_ray
+
+            result = commit_features_on_ray(ft, v, name, _version_transform(ft))
+        else:
+            ft.register(con)
+            result = commit_query(
+                name,
+                ft.select_sql(v.scan_sql(), v.columns),
+                source=f"features({v.ref})",
+                transform=_version_transform(ft),
+                parents=[v],
+                con=con,
+            )
     except duckdb.Error as exc:
         raise lake.sql_error("feature spec", exc) from None
     ft = dataclasses.replace(ft, output=result.version.ref)

@@ -1,0 +1,222 @@
+"""One clean spec on a table 4x a memory limit: aifab's Ray engine vs its DuckDB engine vs polars.
+
+Each contender runs in its own subprocess; the parent samples the RSS of it and all its
+descendants (Ray's raylet, object store and workers included) every 0.2 s for the peak.
+Ray gets the limit as its object store; DuckDB as ``memory_limit`` (it spills past it);
+polars has no limit to set, so its peak is compared with it. The table is generated here
+(not committed). Per-block figures of the Ray run feed a 10-node estimate, labelled as such.
+
+    .venv/bin/python bench/data_engines.py --rows 20000000 --limit-mb 500
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from typing import Any
+
+STEPS: list[dict[str, Any]] = [
+    {"drop_nulls": {"columns": ["cat"]}},
+    {"fill_nulls": {"strategy": {"x": "median"}}},
+    {"clip": {"columns": ["x"], "lower_quantile": 0.01, "upper_quantile": 0.99}},
+    {"filter": {"where": "y % 10 <> 3"}},
+    {"normalize_text": {"columns": ["text"], "lower": True}},
+]
+
+TABLE = """SELECT i AS id,
+  CASE WHEN i % 23 = 0 THEN NULL ELSE ((i * 104729) % 1000003) / 7.0 END AS x,
+  (i * 7919) % 1000 AS y,
+  CASE WHEN i % 31 = 0 THEN NULL ELSE 'cat_' || (i % 50) END AS cat,
+  '  Row ' || i || '   OF  the Bench table, with some TEXT to normalize ' || (i % 977) AS text
+FROM range({rows}) t(i)"""
+
+
+def _tree_rss(pid: int) -> int:
+    import psutil
+
+    try:
+        p = psutil.Process(pid)
+        procs = [p, *p.children(recursive=True)]
+    except psutil.NoSuchProcess:
+        return 0
+    total = 0
+    for q in procs:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            total += q.memory_info().rss
+    return total
+
+
+def _spawn(args: list[str], env: dict[str, str]) -> dict[str, Any]:
+    """Run this script as a child; its JSON result plus wall time and peak tree RSS."""
+    start = time.perf_counter()
+    proc = subprocess.Popen(
+        [sys.executable, __file__, *args], env=env, stdout=subprocess.PIPE, text=True
+    )
+    peak = 0
+    while proc.poll() is None:
+        peak = max(peak, _tree_rss(proc.pid))
+        time.sleep(0.2)
+    out = proc.stdout.read() if proc.stdout else ""
+    result: dict[str, Any] = {"ok": proc.returncode == 0, "rc": proc.returncode}
+    if out.strip():
+        result.update(json.loads(out.strip().splitlines()[-1]))
+    result["seconds"] = time.perf_counter() - start
+    result["peak_mb"] = peak / 2**20
+    return result
+
+
+def child_generate(rows: int) -> dict[str, Any]:
+    from aifab.data.catalog import commit_query
+
+    v = commit_query("bench", TABLE.format(rows=rows), source="bench", transform={"kind": "b"})
+    import pyarrow.parquet as pq
+
+    from aifab.data import lake
+
+    files = [lake.object_path(k) for k in v.version.objects]
+    # Uncompressed size of the columns, about their size in Arrow.
+    arrow = 0
+    for f in files:
+        meta = pq.read_metadata(f)
+        arrow += sum(meta.row_group(i).total_byte_size for i in range(meta.num_row_groups))
+    arrow_mb = arrow / 2**20
+    return {"rows": v.version.num_rows, "arrow_mb": arrow_mb, "files": [str(f) for f in files]}
+
+
+def child_aifab(engine: str, limit_mb: int) -> dict[str, Any]:
+    from aifab.data.clean import clean
+
+    extra: dict[str, Any] = {}
+    if engine == "ray":
+        import ray
+
+        ray.init(
+            num_cpus=os.cpu_count(),
+            object_store_memory=limit_mb * 2**20,
+            include_dashboard=False,
+            log_to_driver=False,
+        )
+    start = time.perf_counter()
+    res = clean("bench", {"steps": STEPS, "engine": engine}, output=f"out_{engine}")
+    extra["clean_s"] = time.perf_counter() - start
+    if engine == "ray":
+        extra.update(_ray_blocks())
+    v = res.version
+    return {"rows_out": v.num_rows, "hash": v.content_hash, **extra}
+
+
+def _ray_blocks() -> dict[str, Any]:
+    """Per-block cost of the row-local part, measured on one block in this process."""
+    import statistics
+
+    from aifab.data.catalog import resolve
+    from aifab.data.engines import blocks, ray_data
+
+    v = resolve("bench")
+    tasks = blocks.read_tasks([ray_data.lake.object_path(k) for k in v.objects], 122880)
+    sql = (
+        "SELECT id, x, y, cat, lower(trim(regexp_replace(text, '\\s+', ' ', 'g'))) AS text "
+        "FROM __aifab_block WHERE cat IS NOT NULL AND y % 10 <> 3"
+    )
+    times = []
+    for _ in range(3):
+        t = time.perf_counter()
+        blocks.run_sql(blocks.read_block(tasks[0], "__aifab_rn"), sql)
+        times.append(time.perf_counter() - t)
+    return {"blocks": len(tasks), "block_s": statistics.median(times)}
+
+
+def child_polars(files: list[str], out: str) -> dict[str, Any]:
+    import polars as pl
+
+    lf = pl.scan_parquet(files).filter(pl.col("cat").is_not_null())
+    med = lf.select(pl.col("x").median()).collect(engine="streaming").item()
+    lf = lf.with_columns(pl.col("x").fill_null(med))
+    q = lf.select(
+        pl.col("x").quantile(0.01, "linear").alias("lo"),
+        pl.col("x").quantile(0.99, "linear").alias("hi"),
+    ).collect(engine="streaming")
+    lf = lf.with_columns(pl.col("x").clip(q["lo"][0], q["hi"][0]))
+    lf = lf.filter(pl.col("y") % 10 != 3).with_columns(
+        pl.col("text").str.replace_all(r"\s+", " ").str.strip_chars().str.to_lowercase()
+    )
+    lf.sink_parquet(out)
+    return {"rows_out": pl.scan_parquet(out).select(pl.len()).collect().item()}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--rows", type=int, default=20_000_000)
+    ap.add_argument("--limit-mb", type=int, default=0, help="default: a quarter of the table")
+    ap.add_argument("--child", default="")
+    ap.add_argument("--files", default="")
+    a = ap.parse_args()
+    if a.child:
+        if a.child == "generate":
+            r = child_generate(a.rows)
+        elif a.child == "polars":
+            r = child_polars(a.files.split(","), os.environ["BENCH_OUT"])
+        else:
+            r = child_aifab(a.child, a.limit_mb)
+        print(json.dumps(r))
+        return
+    with tempfile.TemporaryDirectory(prefix="aifab-bench-engines-") as tmp:
+        env = {**os.environ, "AIFAB_HOME": f"{tmp}/ws", "RAY_AUTH_MODE": "disabled"}
+        env["BENCH_OUT"] = f"{tmp}/polars.parquet"
+        gen = _spawn(["--child", "generate", "--rows", str(a.rows)], env)
+        limit = a.limit_mb or max(80, int(gen["arrow_mb"] / 4))
+        print(f"table: {gen['rows']:,} rows, {gen['arrow_mb']:.0f} MB in Arrow; limit {limit} MB")
+        results = {}
+        for name in ("duckdb", "ray"):
+            e = {**env}
+            if name == "duckdb":
+                e["AIFAB_DUCKDB_MEMORY_LIMIT"] = f"{limit}MB"
+            results[name] = _spawn(["--child", name, "--limit-mb", str(limit)], e)
+        results["polars"] = _spawn(["--child", "polars", "--files", ",".join(gen["files"])], env)
+        _report(results, limit, gen)
+
+
+def _report(results: dict[str, Any], limit: int, gen: dict[str, Any]) -> None:
+    base = results["duckdb"]["seconds"]
+    print(f"{'engine':8} {'ok':>3} {'seconds':>9} {'vs duckdb':>9} {'peak MB':>9} {'rows out':>12}")
+    for name, r in results.items():
+        ratio = r["seconds"] / base if base else float("nan")
+        print(
+            f"{name:8} {'yes' if r['ok'] else 'no':>3} {r['seconds']:9.1f} {ratio:9.2f} "
+            f"{r['peak_mb']:9.0f} {r.get('rows_out', 0):>12,}"
+        )
+    same = results["ray"].get("hash") == results["duckdb"].get("hash")
+    print(f"ray output == duckdb output (content hash): {same}")
+    print(
+        f"limit {limit} MB = table / {gen['arrow_mb'] / limit:.1f}; peaks include each "
+        "engine's whole process tree (Ray's: raylet, GCS, object store and workers)"
+    )
+    ray = results["ray"]
+    if "blocks" not in ray:
+        return
+    cores = os.cpu_count() or 1
+    # Passes over the blocks: 3 per quantile step (summary, histogram, gather), 1 to write.
+    passes = 1 + 3 * sum(1 for s in STEPS if "clip" in s or "fill_nulls" in s)
+    block_s = ray["blocks"] * ray["block_s"] * passes / cores
+    rest = ray["seconds"] - block_s
+    print(
+        f"ray per-block: {ray['blocks']} blocks of 122880 rows, {ray['block_s'] * 1000:.0f} ms "
+        f"each (read + row-local SQL, one core), {passes} passes: ~{block_s:.0f} s of block "
+        f"work on {cores} cores; the other ~{rest:.0f} s is the driver's streamed write and "
+        "content hash, Ray's start and scheduling"
+    )
+    print(
+        f"ESTIMATE (not measured), 10 nodes x {cores} cores: block work ~{block_s / 10:.0f} s; "
+        f"the driver part does not shrink, so ~{block_s / 10 + rest:.0f} s in all. At 20M rows "
+        f"x{20e6 / gen['rows']:.0f} both grow linearly."
+    )
+
+
+if __name__ == "__main__":
+    main()
