@@ -253,9 +253,7 @@ def test_with_an_object_store_a_replica_uses_its_own_workspace(
     assert str(workspace.resolve()) not in text and str(mine) not in text
 
 
-def test_a_local_ray_instance_starts_without_a_warning_a_user_cannot_act_on(
-    tmp_path: Path,
-) -> None:
+def test_a_local_ray_instance_starts_without_a_warning_a_user_cannot_act_on() -> None:
     """Ray warned about token authentication on every local start when RAY_AUTH_MODE was unset."""
     import subprocess
     import sys
@@ -267,7 +265,6 @@ def test_a_local_ray_instance_starts_without_a_warning_a_user_cannot_act_on(
         "ray.shutdown()\n"
     )
     env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_")}
-    env["HOME"] = str(tmp_path)  # Ray keeps a generated token under ~/.ray
     run = subprocess.run(
         [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=240
     )

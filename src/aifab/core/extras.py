@@ -40,3 +40,19 @@ def require(module: str, feature: str) -> ModuleType:
         raise MissingExtraError(
             f"{feature} needs {top}, which is not installed ({exc}): pip install 'aifab[{extra}]'"
         ) from None
+
+
+#: Ray's logger for its token-authentication notices.
+_RAY_AUTH_LOGGER = "ray._private.authentication.authentication_token_setup"
+
+
+def quiet_ray_auth_notice() -> None:
+    """Keep Ray's token-authentication notice of a new local instance off the user's terminal.
+
+    With ``RAY_AUTH_MODE`` unset, Ray picks its own default for a local instance and logs a
+    WARNING about it on every start, which a user of ``aifab`` cannot act on. The choice itself
+    is left to Ray (and to ``RAY_AUTH_MODE`` where people set it); only the notice goes.
+    """
+    import logging
+
+    logging.getLogger(_RAY_AUTH_LOGGER).setLevel(logging.ERROR)

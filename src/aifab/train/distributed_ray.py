@@ -105,10 +105,9 @@ def run_with_ray_train(
         raise InvalidInputError(f"num_workers: must be >= 1, got {num_workers}")
     RECIPE_MAINS.get(recipe)  # an unknown recipe fails here, before any worker starts
     if not ray.is_initialized():
-        if not (address or os.environ.get("RAY_ADDRESS")):
-            # As the Ray executor: Ray's default for a new local instance, said explicitly so
-            # that it prints no WARNING.
-            os.environ.setdefault("RAY_AUTH_MODE", "token")
+        from aifab.core.extras import quiet_ray_auth_notice
+
+        quiet_ray_auth_notice()
         ray.init(address=address)
     storage = get_workspace().artifacts / "ray-train"
     storage.mkdir(parents=True, exist_ok=True)

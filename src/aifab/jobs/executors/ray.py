@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from aifab.core.extras import require
+from aifab.core.extras import quiet_ray_auth_notice, require
 from aifab.core.settings import get_settings
 from aifab.jobs.executors.base import AttemptStatus, Launch, remember_done, unknown_status
 from aifab.jobs.executors.procs import kill_group
@@ -121,10 +121,7 @@ class RayExecutor:
         ray = require("ray", "the ray executor")
 
         if not ray.is_initialized():
-            if not (self.address or os.environ.get("RAY_ADDRESS")):
-                # A new local instance takes Ray's own default (token authentication), said
-                # explicitly: left unset, Ray prints a WARNING a user cannot act on every run.
-                os.environ.setdefault("RAY_AUTH_MODE", "token")
+            quiet_ray_auth_notice()
             ray.init(
                 address=self.address,
                 namespace=self.namespace,
