@@ -56,6 +56,7 @@ HANDLERS = Registry(
         "mlp": "aifab.inference.classifier:ClassifierHandler",
         "cnn": "aifab.inference.classifier:ClassifierHandler",
         "transformer-classifier": "aifab.inference.classifier:ClassifierHandler",
+        "fusion-classifier": "aifab.inference.classifier:ClassifierHandler",
         "causal-lm": "aifab.inference.lm:LMHandler",
         "hf-causal-lm": "aifab.inference.lm:LMHandler",
         "sentence-transformers": "aifab.inference.embeddings:EmbeddingHandler",

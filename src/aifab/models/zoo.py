@@ -14,6 +14,7 @@ from pydantic import Field, ValidationInfo, field_validator, model_validator
 from aifab.core.config import StrictConfig, as_config
 from aifab.core.errors import InvalidInputError
 from aifab.core.registry import Registry
+from aifab.models.zoo_multimodal import DualEncoderConfig, FusionClassifierConfig
 
 if TYPE_CHECKING:
     import torch
@@ -196,6 +197,12 @@ _SPECS: dict[str, tuple[str, type[StrictConfig], str]] = {
         TransformerClassifierConfig,
         "aifab.models.transformer:build_transformer_classifier",
     ),
+    "fusion-classifier": (
+        "multimodal",
+        FusionClassifierConfig,
+        "aifab.models.fusion:build_fusion_classifier",
+    ),
+    "dual-encoder": ("multimodal", DualEncoderConfig, "aifab.models.fusion:build_dual_encoder"),
     "causal-lm": ("lm", CausalLMConfig, "aifab.models.causal_lm:build_causal_lm"),
     "rotate": ("kg", RotatEConfig, "aifab.models.kge:build_rotate"),
     "transe": ("kg", TransEConfig, "aifab.models.kge:build_transe"),

@@ -1,6 +1,7 @@
 """The ``classify`` recipe: a zoo classifier trained on a dataset version's label column.
 
-Models: mlp (tabular), cnn (images), transformer-classifier (text); exact resume from
+Models: mlp (tabular), cnn (images), transformer-classifier (text), fusion-classifier (any
+mix of image, text and fields); exact resume from
 checkpoints, data parallelism (DDP/FSDP/DeepSpeed) and MLflow tracking. Read top to bottom:
 validate -> data -> model -> resume -> the loop -> evaluate -> save, log, register.
 ``python -m aifab.train.recipes.classify config.yaml [key=value ...]`` runs it.
@@ -46,9 +47,10 @@ class EarlyStopConfig(StrictConfig):
 class ModelChoice(StrictConfig):
     """Which zoo model, with config keys that override the ones inferred from the data."""
 
-    name: Literal["auto", "mlp", "cnn", "transformer-classifier"] = Field(
+    name: Literal["auto", "mlp", "cnn", "transformer-classifier", "fusion-classifier"] = Field(
         "auto",
-        description="auto: mlp for tabular, cnn for images, transformer-classifier for text.",
+        description="auto: mlp for tabular, cnn for images, transformer-classifier for text, "
+        "fusion-classifier for multimodal.",
     )
     config: dict[str, Any] = Field(default_factory=dict, description="Zoo config overrides.")
 
@@ -66,11 +68,16 @@ class Config(RecipeConfig):
         description="Feature columns; or a feature spec (aifab data features) fitted here; or a "
         "fitted feature transform (name, digest or artifact path). Default: numeric columns.",
     )
-    modality: Literal["auto", "tabular", "image", "text"] = Field(
-        "auto", description="auto: text with text_column, image with image_column/shape."
+    modality: Literal["auto", "tabular", "image", "text", "multimodal"] = Field(
+        "auto",
+        description="auto: multimodal with text_column and image_column, text with "
+        "text_column, image with image_column/shape. multimodal fuses any mix of "
+        "image_column, text_column and a features list (fusion-classifier).",
     )
     text_column: str | None = Field(None, description="Text column (text classification).")
-    image_column: str | None = Field(None, description="Column of image file paths.")
+    image_column: str | None = Field(
+        None, description="Column of images: file paths, or image bytes in the lake."
+    )
     image_shape: tuple[int, int, int] | None = Field(
         None,
         description="[channels, height, width] of the model input: pixel columns are reshaped "

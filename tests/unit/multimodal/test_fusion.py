@@ -1,0 +1,234 @@
+"""Multimodal end to end: the fusion zoo model, the classify recipe over image bytes + text +
+a field (resume included), serving one record (no train/serve skew, image caps) and the
+per-modality explanation. One workspace per module (MLflow's schema takes seconds)."""
+
+from __future__ import annotations
+
+import base64
+import importlib.util
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from aifab.core.errors import InvalidInputError
+
+FAST = {"system_metrics": False, "threads": 1, "progress": False}
+EXAMPLE = Path(__file__).resolve().parents[3] / "examples" / "multimodal" / "make_data.py"
+
+
+def _make_data() -> Any:
+    spec = importlib.util.spec_from_file_location("mm_make_data", EXAMPLE)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="module", autouse=True)
+def torch_threads() -> Iterator[None]:
+    import torch
+
+    before = torch.get_num_threads()
+    yield
+    torch.set_num_threads(before)
+
+
+@pytest.fixture(autouse=True)
+def workspace(module_workspace: Path) -> Path:
+    return module_workspace
+
+
+@pytest.fixture(scope="module")
+def parcels(module_workspace: Path) -> list[dict[str, Any]]:
+    """60 parcels of the example (PNG bytes in a Parquet column) ingested as ``parcels``."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from aifab.data import ingest
+
+    cols = _make_data().rows(60)
+    path = module_workspace.parent / "parcels.parquet"
+    pq.write_table(pa.table({**cols, "image": pa.array(cols["image"], pa.binary())}), path)
+    ingest("parcels", str(path))
+    return [dict(zip(cols, values, strict=True)) for values in zip(*cols.values(), strict=True)]
+
+
+CFG = {
+    "dataset": "parcels@1",
+    "label": "route",
+    "modality": "multimodal",
+    "image_column": "image",
+    "image_shape": [3, 16, 16],
+    "text_column": "note",
+    "features": ["weight_kg"],
+    "vocab_size": 300,
+    "max_length": 12,
+    "model": {"config": {"image": {"channels": [4]}, "text": {"d_model": 16, "heads": 2}}},
+}
+
+
+@pytest.fixture(scope="module")
+def fused(parcels: list[dict[str, Any]]) -> dict[str, Any]:
+    from aifab.train.recipes.classify import main
+
+    return main({**CFG, "epochs": 1, "batch_size": 16, "register": "parcels-fused", **FAST})
+
+
+def test_fusion_model_takes_any_mix_of_inputs() -> None:
+    import torch
+
+    from aifab.models.zoo import build_model
+
+    image = torch.rand(2, 3, 16, 16)
+    ids = torch.randint(1, 50, (2, 8))
+    m = build_model("fusion-classifier", {"num_classes": 3, "image": {"image_size": 16}})
+    assert m(image=image).shape == (2, 3)
+    m = build_model(
+        "fusion-classifier",
+        {"num_classes": 3, "text": {"vocab_size": 50}, "tabular": {"in_features": 2}},
+    )
+    assert m(input_ids=ids, features=torch.randn(2, 2)).shape == (2, 3)
+    with pytest.raises(ValueError, match="'features'"):
+        m(input_ids=ids)
+    with pytest.raises(InvalidInputError, match="at least one of image, text, tabular"):
+        build_model("fusion-classifier", {"num_classes": 3})
+
+
+def test_dual_encoder_scores_every_image_against_every_text() -> None:
+    import torch
+
+    from aifab.models.fusion import contrastive_loss
+    from aifab.models.zoo import build_model
+
+    m = build_model("dual-encoder", {"image": {"image_size": 16}, "text": {"vocab_size": 50}})
+    logits = m(torch.rand(5, 3, 16, 16), torch.randint(1, 50, (5, 8)))
+    assert logits.shape == (5, 5)
+    assert torch.allclose(m.encode_image(torch.rand(2, 3, 16, 16)).norm(dim=1), torch.ones(2))
+    assert float(contrastive_loss(logits).detach()) > 0
+
+
+def test_recipe_trains_saves_and_registers_a_fusion_model(fused: dict[str, Any]) -> None:
+    from aifab.models.checkpoint import load_model
+
+    assert fused["model"] == "fusion-classifier" and fused["model_version"] == 1
+    _, sidecar = load_model(fused["model_dir"])
+    pre = sidecar["meta"]["preprocess"]
+    assert pre["modality"] == "multimodal"
+    assert (pre["image_column"], pre["text_column"], pre["features"]) == (
+        "image",
+        "note",
+        ["weight_kg"],
+    )
+    # The user's branch keys merge into the sizes the data decided.
+    assert sidecar["config"]["image"] == {"in_channels": 3, "image_size": 16, "channels": [4]}
+    assert sidecar["config"]["text"]["d_model"] == 16
+    assert sidecar["config"]["tabular"]["in_features"] == 1
+
+
+def test_multimodal_config_errors_name_the_key(parcels: list[dict[str, Any]]) -> None:
+    from aifab.train.classification import check_inputs
+    from aifab.train.recipes.classify import Config
+
+    bare = {"dataset": "parcels@1", "label": "route", "modality": "multimodal"}
+    with pytest.raises(InvalidInputError, match="needs at least one of image_column"):
+        check_inputs(Config(**bare))
+    with pytest.raises(InvalidInputError, match="column 'photo' not found"):
+        check_inputs(Config(**bare, image_column="photo"))
+
+
+def test_resume_continues_from_the_checkpoint(parcels: list[dict[str, Any]], tmp_path: Path):
+    from aifab.train.recipes.classify import main
+
+    cfg = {**CFG, "batch_size": 16, "checkpoint_dir": str(tmp_path), "checkpoint_every": 1}
+    first = main({**cfg, "epochs": 1, **FAST})
+    again = main({**cfg, "epochs": 2, **FAST})
+    assert first["resumed_from"] is None and again["resumed_from"] == first["steps"]
+    assert again["steps"] == 2 * first["steps"]
+
+
+def _b64(data: bytes) -> str:
+    return base64.b64encode(data).decode()
+
+
+def _records(parcels: list[dict[str, Any]], n: int) -> list[dict[str, Any]]:
+    return [
+        {"image": _b64(p["image"]), "note": p["note"], "weight_kg": p["weight_kg"]}
+        for p in parcels[:n]
+    ]
+
+
+def _handler(model_dir: str, **options: Any) -> Any:
+    from aifab.inference.classifier import ClassifierHandler
+    from aifab.models.checkpoint import read_sidecar
+
+    h = ClassifierHandler()
+    h.setup(Path(model_dir), read_sidecar(model_dir), options)
+    return h
+
+
+def test_one_record_serves_exactly_the_training_logits(
+    fused: dict[str, Any], parcels: list[dict[str, Any]]
+) -> None:
+    import torch
+
+    from aifab.models.checkpoint import load_model
+    from aifab.train.classification import load_data
+    from aifab.train.recipes.classify import Config
+
+    h = _handler(fused["model_dir"])
+    assert h.describe()["modalities"] == ["image", "text", "tabular"]
+    assert [c["type"] for c in h.describe()["input_columns"]] == ["image", "text", "number"]
+    records = _records(parcels, 5)
+    data = load_data(Config(**CFG))
+    model, _ = load_model(fused["model_dir"])
+    rows = np.arange(5)
+    with torch.no_grad():
+        want = data.forward(model, rows, torch.device("cpu")).numpy()
+    inputs = h.encode_inputs(h.decode({"records": records}))
+    assert sorted(inputs) == sorted(data.inputs)
+    for key, value in inputs.items():
+        assert np.array_equal(value, data.inputs[key][rows]), key
+    assert np.array_equal(h.forward(inputs), want)
+    # One record alone, as /v1/predict gets it, predicts what it does inside a batch.
+    alone = h.predict(h.decode({"records": records[2:3]}))[0]
+    assert alone["label"] == h.classes[int(want[2].argmax())]
+
+
+def test_images_are_capped_before_decoding(
+    fused: dict[str, Any], parcels: list[dict[str, Any]]
+) -> None:
+    from PIL import Image
+
+    records = _records(parcels, 3)
+    h = _handler(fused["model_dir"], max_images=2, max_image_bytes=4096, max_image_pixels=64 * 64)
+    with pytest.raises(InvalidInputError, match=r"3 rows are over the limit of 2 \(max_images\)"):
+        h.decode({"records": records})
+    big = {**records[0], "image": "A" * 8000}
+    with pytest.raises(InvalidInputError, match=r"row 0, field 'image'.*over max_image_bytes"):
+        h.decode({"records": [big]})
+    import io
+
+    buf = io.BytesIO()
+    Image.new("RGB", (100, 100)).save(buf, format="PNG")
+    wide = {**records[0], "image": _b64(buf.getvalue())}
+    with pytest.raises(InvalidInputError, match=r"100x100 pixels is over max_image_pixels"):
+        h.decode({"records": [wide]})
+    with pytest.raises(InvalidInputError, match="row 0, field 'image': not a readable image"):
+        h.decode({"records": [{**records[0], "image": _b64(b"not a png")}]})
+
+
+def test_explanations_split_a_prediction_by_modality(
+    fused: dict[str, Any], parcels: list[dict[str, Any]]
+) -> None:
+    from aifab.ops.explain import explain_records
+
+    out = explain_records("parcels-fused@1", _records(parcels, 2))
+    assert out["method"] == "modality"
+    for e in out["explanations"]:
+        mods = {c["modality"]: c["contribution"] for c in e["contributions"]}
+        assert set(mods) == {"image", "text", "tabular"}
+        # Shapley efficiency: the shares add up to the prediction minus the empty baseline.
+        assert sum(mods.values()) == pytest.approx(e["value"] - e["base"], abs=1e-6)
