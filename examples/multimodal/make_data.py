@@ -1,6 +1,7 @@
 """Render the multimodal example: parcels whose route needs the sticker, the note and the weight.
 
-Each row is a 32x32 PNG of a coloured sticker (circle, square or triangle; random colours,
+Each row is a 32x32 PNG of a coloured sticker (with a caption saying what it shows, for the
+dual encoder and text-to-image search) (circle, square or triangle; random colours,
 size and place), a free-text note naming a destination city, and a weight in kg. The label is
 the route: parcels over 20 kg go as ``freight``; the others go to a bay named by the city's
 region (letter, A-C: only in the note) and the sticker's shape (digit, 1-3: only in the
@@ -38,8 +39,8 @@ NOTES = (
 )
 
 
-def sticker(rng: np.random.Generator, shape: int, colour: str) -> bytes:
-    """One PNG: a light background with the sticker drawn somewhere on it."""
+def sticker(rng: np.random.Generator, shape: int, colour: str) -> tuple[bytes, str]:
+    """One PNG (a light background with the sticker drawn somewhere) and its caption."""
     from PIL import Image, ImageDraw
 
     bg = tuple(int(v) for v in rng.integers(200, 256, 3))
@@ -57,13 +58,18 @@ def sticker(rng: np.random.Generator, shape: int, colour: str) -> bytes:
         draw.polygon([(cx, cy - r), (cx - r, cy + r), (cx + r, cy + r)], fill=fill)
     buf = io.BytesIO()
     im.save(buf, format="PNG", optimize=True)
-    return buf.getvalue()
+    where = f"{'top' if cy < 16 else 'bottom'} {'left' if cx < 16 else 'right'}"
+    caption = f"a {'small' if r < 9 else 'large'} {colour} {SHAPES[shape]} at the {where}"
+    return buf.getvalue(), caption
 
 
 def rows(n: int, seed: int = 24) -> dict[str, list]:
-    """``n`` parcels as columns: id, image (PNG bytes), note, weight_kg, route, split."""
+    """``n`` parcels as columns: id, image (PNG bytes), caption (what the image shows: for
+    text-to-image search), note, weight_kg, route, split.
+    """
     rng = np.random.default_rng(seed)
-    out: dict[str, list] = {k: [] for k in ("id", "image", "note", "weight_kg", "route", "split")}
+    keys = ("id", "image", "caption", "note", "weight_kg", "route", "split")
+    out: dict[str, list] = {k: [] for k in keys}
     for i in range(n):
         shape, group = int(rng.integers(3)), int(rng.integers(3))
         colour = COLOURS[int(rng.integers(len(COLOURS)))]
@@ -71,7 +77,9 @@ def rows(n: int, seed: int = 24) -> dict[str, list]:
         heavy = rng.random() < 0.15
         weight = float(rng.uniform(21, 40) if heavy else rng.uniform(0.5, 19))
         out["id"].append(i)
-        out["image"].append(sticker(rng, shape, colour))
+        image, caption = sticker(rng, shape, colour)
+        out["image"].append(image)
+        out["caption"].append(caption)
         out["note"].append(NOTES[int(rng.integers(len(NOTES)))].format(city=city, colour=colour))
         out["weight_kg"].append(round(weight, 2))
         out["route"].append("freight" if heavy else f"{'ABC'[group]}{shape + 1}")

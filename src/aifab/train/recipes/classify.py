@@ -157,6 +157,9 @@ class _Position:
     resumed_from: int | None = None
     stopped: bool = False
     pruned: bool = False
+    #: Wall time of this process's steps, without evaluations and checkpoints (benchmarks).
+    train_time_s: float = 0.0
+    steps_timed: int = 0
 
 
 def _train(cfg: Config, info: DistInfo, device: torch.device) -> dict[str, Any]:
@@ -257,11 +260,14 @@ def _loop(
     cfg: Config, info: DistInfo, device: torch.device, parts: _Parts, pos: _Position, run: Any
 ) -> None:
     """The training loop: micro-batches, accumulation, optimizer steps, log, eval, checkpoint."""
+    import time
+
     import torch
 
     from aifab.train import checkpointing, loop
 
     accum, ckpt_dir = cfg.optim.grad_accum, checkpointing.checkpoint_dir(cfg.checkpoint_dir)
+    start, begin, aside = pos.step, time.perf_counter(), 0.0
     window_loss = torch.zeros(2, dtype=torch.float64)  # (loss sum, examples) since last log
     checkpointing.set_rng_state(pos.rng)
     show = cfg.progress and info.is_main
@@ -282,12 +288,16 @@ def _loop(
                     loss = _log_train(info, parts, pos, run, window_loss, grad_norm)
                     window_loss = torch.zeros(2, dtype=torch.float64)
                     bar.update(pos.step, loss, cfg.batch_size * cfg.log_every)
+                t0 = time.perf_counter()
                 if (pos.step % cfg.eval_every == 0) if cfg.eval_every else last:
                     _evaluate(cfg, info, device, parts, pos, run)
                 every = cfg.checkpoint_every
                 done = pos.step >= parts.total_steps or pos.stopped
                 if ckpt_dir is not None and every and (pos.step % every == 0 or done):
                     _save_checkpoint(cfg, ckpt_dir, info, parts, pos)
+                aside += time.perf_counter() - t0
+                pos.train_time_s = time.perf_counter() - begin - aside
+                pos.steps_timed = pos.step - start
                 if done:
                     return
 
@@ -415,6 +425,8 @@ def _finish(
     }
     if cfg.early_stopping is not None:
         metrics["best_step"] = float(parts.stopper.best_step)
+    if pos.steps_timed:
+        metrics["step_time_s"] = pos.train_time_s / pos.steps_timed
     summary: dict[str, Any] = {
         "run_id": pos.run_id,
         "metrics": metrics,
