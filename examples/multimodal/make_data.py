@@ -64,8 +64,9 @@ def sticker(rng: np.random.Generator, shape: int, colour: str) -> tuple[bytes, s
 
 
 def rows(n: int, seed: int = 24) -> dict[str, list]:
-    """``n`` parcels as columns: id, image (PNG bytes), caption (what the image shows: for
-    text-to-image search), note, weight_kg, route, split.
+    """``n`` parcels as columns: id, image, caption, note, weight_kg, route, split.
+
+    ``image`` is PNG bytes; ``caption`` says what the image shows (for text-to-image search).
     """
     rng = np.random.default_rng(seed)
     keys = ("id", "image", "caption", "note", "weight_kg", "route", "split")

@@ -232,3 +232,45 @@ def test_explanations_split_a_prediction_by_modality(
         assert set(mods) == {"image", "text", "tabular"}
         # Shapley efficiency: the shares add up to the prediction minus the empty baseline.
         assert sum(mods.values()) == pytest.approx(e["value"] - e["base"], abs=1e-6)
+
+
+def test_contrastive_recipe_trains_a_dual_encoder_and_resumes(
+    parcels: list[dict[str, Any]], tmp_path: Path
+) -> None:
+    from aifab.models.checkpoint import load_model
+    from aifab.train.recipes.contrastive import main
+
+    cfg = {
+        "dataset": "parcels@1",
+        "text_column": "caption",
+        "image_size": 16,
+        "vocab_size": 300,
+        "max_length": 12,
+        "batch_size": 16,
+        "model": {"embed_dim": 16, "image": {"channels": [4]}, "text": {"d_model": 16}},
+        "checkpoint_dir": str(tmp_path),
+        "checkpoint_every": 1,
+        **FAST,
+    }
+    first = main({**cfg, "epochs": 1})
+    out = main({**cfg, "epochs": 2, "register": "parcels-clip"})
+    assert first["resumed_from"] is None and out["resumed_from"] == 1
+    assert out["model_version"] == 1
+    assert 0.0 <= out["metrics"]["test_recall_at_1"] <= out["metrics"]["test_recall_at_10"] <= 1
+    model, sidecar = load_model(out["model_dir"])
+    assert sidecar["builder"] == "dual-encoder" and sidecar["config"]["embed_dim"] == 16
+    assert sidecar["meta"]["preprocess"]["text_column"] == "caption"
+    assert (Path(out["model_dir"]) / "tokenizer.json").is_file()
+
+
+def test_recall_counts_the_own_match_rank() -> None:
+    import torch
+
+    from aifab.train.recipes.contrastive import ranks_to_recall
+
+    scores = torch.tensor([[0.9, 0.1, 0.0], [0.8, 0.5, 0.1], [0.3, 0.2, 0.1]])
+    # Query 0 ranks its image 1st, query 1 2nd, query 2 3rd.
+    assert ranks_to_recall(scores, (1, 2)) == {
+        "recall_at_1": pytest.approx(1 / 3),
+        "recall_at_2": pytest.approx(2 / 3),
+    }

@@ -1,9 +1,10 @@
 """The ``contrastive`` recipe: a CLIP-style dual encoder (zoo ``dual-encoder``) on captions.
 
-Image-caption pairs train it with the symmetric in-batch contrastive loss. Images come from a column of lake bytes or file paths, captions from a text column (a BPE
-tokenizer is trained on the training captions). Evaluation is text-to-image recall@1/@10
-over the split's images (each caption's own image among all of them). Read top to bottom:
-validate -> data -> model -> resume -> the loop -> evaluate -> save, log, register.
+Image-caption pairs train it with the symmetric in-batch contrastive loss. Images come from a
+column of lake bytes or file paths, captions from a text column (a BPE tokenizer is trained on
+the training captions). Evaluation is text-to-image recall@1/@10 over the split's images (each
+caption's own image among all of them). Read top to bottom: validate -> data -> model ->
+resume -> the loop -> evaluate -> save, log, register.
 ``python -m aifab.train.recipes.contrastive config.yaml [key=value ...]`` runs it.
 """
 
