@@ -234,33 +234,93 @@ def test_explanations_split_a_prediction_by_modality(
         assert sum(mods.values()) == pytest.approx(e["value"] - e["base"], abs=1e-6)
 
 
-def test_contrastive_recipe_trains_a_dual_encoder_and_resumes(
-    parcels: list[dict[str, Any]], tmp_path: Path
-) -> None:
-    from aifab.models.checkpoint import load_model
+CLIP = {
+    "dataset": "parcels@1",
+    "text_column": "caption",
+    "image_size": 16,
+    "vocab_size": 300,
+    "max_length": 12,
+    "batch_size": 16,
+    "model": {"embed_dim": 16, "image": {"channels": [4]}, "text": {"d_model": 16}},
+    **FAST,
+}
+
+
+@pytest.fixture(scope="module")
+def clip(parcels: list[dict[str, Any]], module_workspace: Path) -> dict[str, Any]:
+    """A dual encoder trained for one epoch, then resumed from its checkpoint for a second."""
     from aifab.train.recipes.contrastive import main
 
-    cfg = {
-        "dataset": "parcels@1",
-        "text_column": "caption",
-        "image_size": 16,
-        "vocab_size": 300,
-        "max_length": 12,
-        "batch_size": 16,
-        "model": {"embed_dim": 16, "image": {"channels": [4]}, "text": {"d_model": 16}},
-        "checkpoint_dir": str(tmp_path),
-        "checkpoint_every": 1,
-        **FAST,
-    }
-    first = main({**cfg, "epochs": 1})
-    out = main({**cfg, "epochs": 2, "register": "parcels-clip"})
-    assert first["resumed_from"] is None and out["resumed_from"] == 1
-    assert out["model_version"] == 1
-    assert 0.0 <= out["metrics"]["test_recall_at_1"] <= out["metrics"]["test_recall_at_10"] <= 1
-    model, sidecar = load_model(out["model_dir"])
+    ckpt = {"checkpoint_dir": str(module_workspace.parent / "clip-ckpt"), "checkpoint_every": 1}
+    first = main({**CLIP, **ckpt, "epochs": 1})
+    out = main({**CLIP, **ckpt, "epochs": 2, "register": "parcels-clip"})
+    return {"first": first, **out}
+
+
+def test_contrastive_recipe_trains_a_dual_encoder_and_resumes(clip: dict[str, Any]) -> None:
+    from aifab.models.checkpoint import load_model
+
+    assert clip["first"]["resumed_from"] is None and clip["resumed_from"] == 1
+    assert clip["model_version"] == 1
+    m = clip["metrics"]
+    assert 0.0 <= m["test_recall_at_1"] <= m["test_recall_at_10"] <= 1
+    _, sidecar = load_model(clip["model_dir"])
     assert sidecar["builder"] == "dual-encoder" and sidecar["config"]["embed_dim"] == 16
     assert sidecar["meta"]["preprocess"]["text_column"] == "caption"
-    assert (Path(out["model_dir"]) / "tokenizer.json").is_file()
+    assert (Path(clip["model_dir"]) / "tokenizer.json").is_file()
+
+
+def test_served_over_http_predict_explain_and_embed(
+    fused: dict[str, Any],
+    clip: dict[str, Any],
+    parcels: list[dict[str, Any]],
+    live_server: Any,
+) -> None:
+    import time
+
+    import httpx
+
+    from aifab.inference.deployments import create_deployment
+    from aifab.serve.keys import create_key
+
+    create_deployment("parcels-fused@1", name="parcels", max_batch_size=8, max_wait_ms=5)
+    create_deployment("parcels-clip@1", name="clip")
+    _, secret = create_key("client", name="mm", rate=None)
+    server = live_server(reconcile_interval_s=0.2)
+    headers = {"Authorization": f"Bearer {secret}"}
+    record = _records(parcels, 1)[0]
+    with httpx.Client(base_url=server.url, headers=headers, timeout=60) as http:
+        deadline = time.monotonic() + 120
+        while True:
+            r = http.post("/v1/predict/parcels", json={"records": [record]})
+            if r.status_code != 503 or time.monotonic() > deadline:
+                break
+            time.sleep(0.2)
+        assert r.status_code == 200, r.text
+        assert r.json()["predictions"][0]["label"] in {"A1", "B2", "C3", "freight"} | {
+            f"{a}{d}" for a in "ABC" for d in "123"
+        }
+        bad = http.post(
+            "/v1/predict/parcels", json={"records": [{**record, "image": "A" * 2_000_000}]}
+        )
+        assert bad.status_code == 422 and "max_image_bytes" in bad.json()["error"]["message"]
+        r = http.post("/v1/explain/parcels", json={"records": [record]})
+        assert r.status_code == 200, r.text
+        shares = r.json()["explanations"][0]["contributions"]
+        assert {c["modality"] for c in shares} == {"image", "text", "tabular"}
+        image_url = "data:image/png;base64," + record["image"]
+        deadline = time.monotonic() + 120
+        while True:
+            r = http.post(
+                "/v1/embeddings", json={"model": "clip", "input": ["a red circle", image_url]}
+            )
+            if r.status_code != 503 or time.monotonic() > deadline:
+                break
+            time.sleep(0.2)
+        assert r.status_code == 200, r.text
+        vectors = [d["embedding"] for d in r.json()["data"]]
+        assert [len(v) for v in vectors] == [16, 16]
+        assert np.linalg.norm(vectors[1]) == pytest.approx(1.0, abs=1e-4)
 
 
 def test_recall_counts_the_own_match_rank() -> None:
