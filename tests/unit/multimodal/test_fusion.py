@@ -334,3 +334,13 @@ def test_recall_counts_the_own_match_rank() -> None:
         "recall_at_1": pytest.approx(1 / 3),
         "recall_at_2": pytest.approx(2 / 3),
     }
+
+
+def test_onnx_backend_matches_torch(fused: dict[str, Any], parcels: list[dict[str, Any]]) -> None:
+    records = _records(parcels, 4)
+    torch_h, onnx_h = _handler(fused["model_dir"]), _handler(fused["model_dir"], backend="onnx")
+    inputs = torch_h.encode_inputs(torch_h.decode({"records": records}))
+    assert np.allclose(onnx_h.forward(inputs), torch_h.forward(inputs), atol=1e-4)
+    # One record alone too: the batch axis is dynamic.
+    one = {k: v[:1] for k, v in inputs.items()}
+    assert np.allclose(onnx_h.forward(one), torch_h.forward(one), atol=1e-4)
