@@ -344,3 +344,29 @@ def test_onnx_backend_matches_torch(fused: dict[str, Any], parcels: list[dict[st
     # One record alone too: the batch axis is dynamic.
     one = {k: v[:1] for k, v in inputs.items()}
     assert np.allclose(onnx_h.forward(one), torch_h.forward(one), atol=1e-4)
+
+
+def test_model_card_shows_each_modality_source(fused: dict[str, Any], tmp_path: Path) -> None:
+    from aifab.ops.card import build_card
+
+    out = build_card("parcels-fused@1", explain=False, attach=False, out_dir=tmp_path)
+    inputs = {i["modality"]: i for i in out["card"]["inputs"]}
+    assert inputs["image"]["columns"] == ["image"] and inputs["text"]["columns"] == ["note"]
+    assert inputs["tabular"]["columns"] == ["weight_kg"]
+    assert {i["dataset"] for i in inputs.values()} == {"parcels@1"}
+    markdown = (tmp_path / "card.md").read_text()
+    assert "### Inputs by modality" in markdown and "decoded, resized to 3x16x16" in markdown
+
+
+def test_test_split_of_lake_image_bytes_serves_as_base64(fused: dict[str, Any]) -> None:
+    # Regression: the test split read an image column as file paths only, so exports and
+    # evaluations of a model over image bytes in the lake failed ("File name too long").
+    from aifab.inference.evaluation import test_split
+    from aifab.models.checkpoint import read_sidecar
+
+    records, labels = test_split(fused["model_dir"], read_sidecar(fused["model_dir"]))
+    assert records and len(records) == len(labels)
+    h = _handler(fused["model_dir"])
+    assert len(
+        h.predict(h.decode({"records": [{c: r[c] for c in h.input_columns} for r in records]}))
+    ) == len(records)
