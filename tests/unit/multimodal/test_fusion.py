@@ -370,3 +370,35 @@ def test_test_split_of_lake_image_bytes_serves_as_base64(fused: dict[str, Any]) 
     assert len(
         h.predict(h.decode({"records": [{c: r[c] for c in h.input_columns} for r in records]}))
     ) == len(records)
+
+
+def test_drift_report_watches_image_inputs(parcels: list[dict[str, Any]]) -> None:
+    import io
+
+    import pyarrow as pa
+    from PIL import Image, ImageEnhance
+
+    from aifab.ops.drift import drift_report
+
+    def darker(data: bytes) -> str:
+        with Image.open(io.BytesIO(data)) as im:
+            buf = io.BytesIO()
+            ImageEnhance.Brightness(im.convert("RGB")).enhance(0.4).save(buf, format="PNG")
+        return _b64(buf.getvalue())
+
+    images = [p["image"] for p in parcels]
+    reference = {"image": pa.array(images[:30], pa.binary())}  # bytes, as the lake has them
+    same = drift_report(reference, {"image": [_b64(b) for b in images[30:]]})  # base64, as logged
+    col = same["columns"]["image"]
+    assert col["kind"] == "image" and col["n_cur"] == 30
+    assert "pixels.mean_distance" in col["tests"] and _tests_of(col, "brightness")
+    assert not any(col["tests"][f"brightness.{t}"]["drift"] for t in _tests_of(col, "brightness"))
+    shifted = drift_report(reference, {"image": [darker(b) for b in images[30:]] + [None, "x"]})
+    col = shifted["columns"]["image"]
+    assert col["drift"] and shifted["drifted"] == ["image"]
+    assert any(col["tests"][f"brightness.{t}"]["drift"] for t in _tests_of(col, "brightness"))
+    assert col["unreadable"] == pytest.approx(1 / 32) and col["missing"] == pytest.approx(1 / 32)
+
+
+def _tests_of(col: dict[str, Any], stat: str) -> list[str]:
+    return [k.split(".", 1)[1] for k in col["tests"] if k.startswith(stat + ".")]
