@@ -402,3 +402,12 @@ def test_drift_report_watches_image_inputs(parcels: list[dict[str, Any]]) -> Non
 
 def _tests_of(col: dict[str, Any], stat: str) -> list[str]:
     return [k.split(".", 1)[1] for k in col["tests"] if k.startswith(stat + ".")]
+
+
+def test_profile_of_an_image_column_shows_sizes_and_modes(parcels: list[dict[str, Any]]) -> None:
+    from aifab.data import resolve
+    from aifab.data.catalog import ensure_profile
+
+    col = ensure_profile(resolve("parcels@1"))["columns"]["image"]
+    assert col["images"]["width"] == [32, 32] and col["images"]["modes"] == {"RGB": 60}
+    assert col["images"]["formats"] == {"PNG": 60} and col["images"]["unreadable"] == 0
