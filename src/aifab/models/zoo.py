@@ -266,6 +266,11 @@ def _type_name(annotation: Any) -> str:
     return str(annotation).replace("typing.", "")
 
 
+def _plain(value: Any) -> Any:
+    """A default as JSON-ready data (a nested config, e.g. a fusion branch, as its dict)."""
+    return value.model_dump() if isinstance(value, StrictConfig) else value
+
+
 def config_fields(cls: type[StrictConfig]) -> list[dict[str, Any]]:
     """Describe each field of a config class: name, type, default, required, description."""
     fields = []
@@ -275,7 +280,9 @@ def config_fields(cls: type[StrictConfig]) -> list[dict[str, Any]]:
             {
                 "name": fname,
                 "type": _type_name(info.annotation),
-                "default": None if required else info.get_default(call_default_factory=True),
+                "default": None
+                if required
+                else _plain(info.get_default(call_default_factory=True)),
                 "required": required,
                 "description": info.description or "",
             }

@@ -23,7 +23,7 @@ from aifab.train import datasets
 
 if TYPE_CHECKING:
     from aifab.data.feature_transform import FeatureTransform
-    from aifab.train.recipes.classify import Config
+    from aifab.train.classify_config import ClassifyConfig as Config
 
 _DEFAULT_FILE_SHAPE = (3, 32, 32)
 _NUMERIC = re.compile(r"^(U?(TINY|SMALL|BIG|HUGE)?INT(EGER)?|FLOAT|DOUBLE|REAL|DECIMAL|BOOLEAN)")

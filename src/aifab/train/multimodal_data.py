@@ -18,7 +18,7 @@ from aifab.train import datasets
 
 if TYPE_CHECKING:
     from aifab.train.classification import ClassifyData
-    from aifab.train.recipes.classify import Config
+    from aifab.train.classify_config import ClassifyConfig as Config
 
 #: Image input shape when the config gives none.
 DEFAULT_SHAPE = (3, 32, 32)
