@@ -54,7 +54,8 @@ class ClassifierHandler:
             options: ``backend`` (torch | onnx), ``max_request_items`` (default 1000),
                 ``threads`` (intra-op threads: ONNX Runtime's; for torch, the most a big
                 batch uses); for models with an image input ``max_images`` (records per
-                request, default 64), ``max_image_bytes`` and ``max_image_pixels``.
+                request; default 64, or ``max_request_items`` when that is given),
+                ``max_image_bytes`` and ``max_image_pixels``.
 
         Raises:
             InvalidInputError: a bad option, or missing or corrupt model files (named).
@@ -75,7 +76,10 @@ class ClassifierHandler:
         self._encoder = encoder
         self._decoder = RecordDecoder(encoder.columns, optional=encoder.optional, max_items=limit)
         if any(c.type == "image" for c in encoder.columns):
-            images = _positive(options, "max_images", MAX_IMAGES)
+            # A caller that sets max_request_items (an export's accuracy check, the explainer)
+            # bounds images with it; a deployment without either option gets MAX_IMAGES.
+            default = limit if "max_request_items" in options else MAX_IMAGES
+            images = _positive(options, "max_images", default)
             if images < limit:
                 # Counted on the raw body, before one image is decoded.
                 self._decoder = RecordDecoder(

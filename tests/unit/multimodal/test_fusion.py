@@ -411,3 +411,16 @@ def test_profile_of_an_image_column_shows_sizes_and_modes(parcels: list[dict[str
     col = ensure_profile(resolve("parcels@1"))["columns"]["image"]
     assert col["images"]["width"] == [32, 32] and col["images"]["modes"] == {"RGB": 60}
     assert col["images"]["formats"] == {"PNG": 60} and col["images"]["unreadable"] == 0
+
+
+def test_export_checks_accuracy_on_every_test_row(fused: dict[str, Any]) -> None:
+    # Regression: the accuracy check decodes the whole test split in one call; the default
+    # image cap (64 per request) refused it although the caller had lifted max_request_items.
+    from aifab.models.checkpoint import read_sidecar
+
+    h = _handler(fused["model_dir"], max_request_items=1 << 30)
+    from aifab.inference.evaluation import test_split
+
+    records, _ = test_split(fused["model_dir"], read_sidecar(fused["model_dir"]))
+    many = [{c: r[c] for c in h.input_columns} for r in records] * 20
+    assert len(h.decode({"records": many})) == len(many) > 64
