@@ -20,7 +20,9 @@ from aifab.cli.output import JSON_HELP, print_json
 
 
 def train_command(
-    recipe: str = typer.Argument(..., help="Recipe: classify, lm, lora, kge or custom."),
+    recipe: str = typer.Argument(
+        ..., help="Recipe: classify, contrastive, lm, lora, kge or custom."
+    ),
     overrides: list[str] = typer.Argument(
         None, help="Config overrides as dotted.key=value (values read as YAML)."
     ),

@@ -344,7 +344,8 @@ def profile_relation(con: duckdb.DuckDBPyConnection, rel: str) -> dict[str, Any]
         ``{"num_rows": N, "columns": {name: {"type", "kind", "null_share", "distinct", ...}}}``
         with min/max/mean/std/quantiles/histogram over the finite values of numeric columns
         (``nan_count``, ``posinf_count`` and ``neginf_count`` count the others) and top values
-        for string and boolean columns. Distinct counts are exact up to 100,000 rows and
+        for string and boolean columns; a BLOB column of images adds ``images`` (sizes, modes and
+        formats of a sample). Distinct counts are exact up to 100,000 rows and
         5,000,000 cells, HyperLogLog estimates beyond.
     """
     schema = [
@@ -362,4 +363,10 @@ def profile_relation(con: duckdb.DuckDBPyConnection, rel: str) -> dict[str, Any]
             batch = schema[start : start + BATCH_COLUMNS]
             columns.update(_profile_batch(con, rel, batch, n, exact))
     _add_top_values(con, rel, columns, max(len(schema), 1) if long else BATCH_COLUMNS)
+    for name, col in columns.items():
+        if col["type"].upper() == "BLOB" and col["null_share"] < 1:
+            from aifab.data.profile_images import image_summary
+
+            if (images := image_summary(con, rel, name)) is not None:
+                col["images"] = images
     return {"num_rows": n, "columns": columns}

@@ -18,6 +18,7 @@ import numpy as np
 from aifab.core.errors import InvalidInputError
 from aifab.inference.classifier_encoding import Encoder, build_encoder
 from aifab.inference.classifier_inputs import RecordDecoder
+from aifab.inference.multimodal import MAX_IMAGE_BYTES, MAX_IMAGE_PIXELS
 
 __all__ = ["BACKENDS", "ClassifierHandler", "onnx_file"]
 
@@ -34,6 +35,8 @@ class ClassifierHandler:
         self.input_columns: list[str] = []
         self.classes: list[str] = []
         self.modality = ""
+        #: The modalities a record carries (several for a multimodal model).
+        self.input_modalities: list[str] = []
         self.backend = "torch"
         self.max_request_items = 1000
         self._encoder: Encoder | None = None
@@ -50,7 +53,9 @@ class ClassifierHandler:
             sidecar: Its ``aifab-model.json``.
             options: ``backend`` (torch | onnx), ``max_request_items`` (default 1000),
                 ``threads`` (intra-op threads: ONNX Runtime's; for torch, the most a big
-                batch uses).
+                batch uses); for models with an image input ``max_images`` (records per
+                request; default 64, or ``max_request_items`` when that is given),
+                ``max_image_bytes`` and ``max_image_pixels``.
 
         Raises:
             InvalidInputError: a bad option, or missing or corrupt model files (named).
@@ -59,10 +64,9 @@ class ClassifierHandler:
         backend = str(options.get("backend") or "torch")
         if backend not in BACKENDS:
             raise InvalidInputError(f"backend: {backend!r} is not one of {', '.join(BACKENDS)}")
-        limit = options.get("max_request_items", 1000)
-        if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
-            raise InvalidInputError(f"max_request_items: expected an integer >= 1, got {limit!r}")
-        encoder = build_encoder(model_dir, sidecar)
+        limit = _positive(options, "max_request_items", 1000)
+        caps = {k: _positive(options, k, v) for k, v in IMAGE_CAPS.items()}
+        encoder = build_encoder(model_dir, sidecar, caps)
         pre = sidecar["meta"]["preprocess"]
         self._logits = (
             _onnx_logits(model_dir, sidecar, options.get("threads"))
@@ -71,9 +75,23 @@ class ClassifierHandler:
         )
         self._encoder = encoder
         self._decoder = RecordDecoder(encoder.columns, optional=encoder.optional, max_items=limit)
+        if any(c.type == "image" for c in encoder.columns):
+            # A caller that sets max_request_items (an export's accuracy check, the explainer)
+            # bounds images with it; a deployment without either option gets MAX_IMAGES.
+            default = limit if "max_request_items" in options else MAX_IMAGES
+            images = _positive(options, "max_images", default)
+            if images < limit:
+                # Counted on the raw body, before one image is decoded.
+                self._decoder = RecordDecoder(
+                    encoder.columns,
+                    optional=encoder.optional,
+                    max_items=images,
+                    limit_name="max_images",
+                )
         self.input_columns = [c.name for c in encoder.columns]
         self.classes = [str(c) for c in pre["classes"]]
         self.modality = str(pre["modality"])
+        self.input_modalities = list(getattr(encoder, "modalities", [self.modality]))
         self.backend = backend
         self.max_request_items = limit
 
@@ -122,9 +140,23 @@ class ClassifierHandler:
             "input_columns": [{"name": c.name, "type": c.type} for c in columns],
             "classes": list(self.classes),
             "modality": self.modality,
+            "modalities": list(self.input_modalities),
             "backend": self.backend,
             "max_request_items": self.max_request_items,
         }
+
+
+#: Image records one request may carry by default (each image is decoded and resized).
+MAX_IMAGES = 64
+#: Per-image caps of multimodal models (encoded bytes, width x height), checked pre-decoding.
+IMAGE_CAPS = {"max_image_bytes": MAX_IMAGE_BYTES, "max_image_pixels": MAX_IMAGE_PIXELS}
+
+
+def _positive(options: Mapping[str, Any], key: str, default: int) -> int:
+    value = options.get(key, default)
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise InvalidInputError(f"{key}: expected an integer >= 1, got {value!r}")
+    return value
 
 
 #: Batches up to this many rows run torch on one intra-op thread: splitting a one-row MLP

@@ -196,27 +196,47 @@ class ImageEncoder:
         return {"x": x}
 
 
-def build_encoder(model_dir: Path, sidecar: Mapping[str, Any]) -> Encoder:
+def text_encoder(model_dir: Path, pre: Mapping[str, Any]) -> TextEncoder:
+    """The text encoder of ``pre`` with the tokenizer saved in ``model_dir``.
+
+    Raises:
+        InvalidInputError: the tokenizer file cannot be loaded.
+    """
+    from aifab.models.tokenizer import load_tokenizer
+
+    try:
+        tok = load_tokenizer(model_dir)
+    except (OSError, ValueError) as exc:
+        raise InvalidInputError(f"{model_dir}/tokenizer.json: cannot load ({exc})") from None
+    return TextEncoder(str(pre["text_column"]), tok, int(pre["max_length"]))
+
+
+#: The ``meta.preprocess.modality`` values a classifier may have.
+MODALITIES = ("tabular", "text", "image", "multimodal")
+
+
+def build_encoder(
+    model_dir: Path, sidecar: Mapping[str, Any], image_caps: Mapping[str, int] | None = None
+) -> Encoder:
     """The encoder a classify model's ``meta.preprocess`` describes.
+
+    ``image_caps`` (``max_image_bytes``, ``max_image_pixels``) bound a multimodal model's
+    request images.
 
     Raises:
         InvalidInputError: not a classify model, or its transform/tokenizer file is bad.
     """
     pre = (sidecar.get("meta") or {}).get("preprocess") or {}
     where = f"{model_dir}/aifab-model.json"
-    if not pre.get("classes") or pre.get("modality") not in ("tabular", "text", "image"):
+    if not pre.get("classes") or pre.get("modality") not in MODALITIES:
         raise InvalidInputError(f"{where}: no meta.preprocess of a classifier (classes, modality)")
     try:
-        if pre["modality"] == "text":
-            from aifab.models.tokenizer import load_tokenizer
+        if pre["modality"] == "multimodal":
+            from aifab.inference.multimodal import MultimodalEncoder
 
-            try:
-                tok = load_tokenizer(model_dir)
-            except (OSError, ValueError) as exc:
-                raise InvalidInputError(
-                    f"{model_dir}/tokenizer.json: cannot load ({exc})"
-                ) from None
-            return TextEncoder(str(pre["text_column"]), tok, int(pre["max_length"]))
+            return MultimodalEncoder(model_dir, pre, **(image_caps or {}))
+        if pre["modality"] == "text":
+            return text_encoder(model_dir, pre)
         if pre.get("image_column"):
             return ImageEncoder(str(pre["image_column"]), pre["image_shape"])
         features = [str(f) for f in pre["features"]]

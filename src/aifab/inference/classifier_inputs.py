@@ -200,8 +200,20 @@ def decode_image(data: bytes, size: int, channels: int) -> np.ndarray:
     return out
 
 
-def image_column(name: str, size: int, channels: int) -> Column:
-    """A column of base64 images (optionally ``data:`` URLs), decoded while checking."""
+def image_column(
+    name: str,
+    size: int,
+    channels: int,
+    *,
+    max_bytes: int | None = None,
+    max_pixels: int | None = None,
+) -> Column:
+    """A column of base64 images (optionally ``data:`` URLs), decoded while checking.
+
+    ``max_bytes`` caps the encoded file and ``max_pixels`` its width x height; both are checked
+    before any pixel is decoded (the size from the base64 length, the pixels from the header),
+    so an oversized image costs no decoding.
+    """
 
     def check(value: Any) -> Any:
         if isinstance(value, ImageData):
@@ -209,12 +221,20 @@ def image_column(name: str, size: int, channels: int) -> Column:
         if not isinstance(value, str):
             raise Reject(f"expected a base64-encoded image, got {_kind(value)}")
         text = value.split(",", 1)[1] if value.startswith("data:") else value
+        if max_bytes is not None and len(text) * 3 // 4 > max_bytes:
+            raise Reject(
+                f"image of ~{len(text) * 3 // 4} bytes is over max_image_bytes ({max_bytes})"
+            )
         try:
             data = base64.b64decode(text, validate=True)
         except (binascii.Error, ValueError):
             raise Reject("not valid base64") from None
         try:
+            if max_pixels is not None:
+                _check_pixels(data, max_pixels)
             pixels = decode_image(data, size, channels)
+        except Reject:
+            raise
         except Exception as exc:  # noqa: BLE001 - any decoder failure is the caller's bad image
             raise Reject(f"not a readable image ({type(exc).__name__}: {exc})") from None
         out = ImageData(value)
@@ -224,13 +244,28 @@ def image_column(name: str, size: int, channels: int) -> Column:
     return Column(name, "image", check)
 
 
+def _check_pixels(data: bytes, max_pixels: int) -> None:
+    from PIL import Image
+
+    with Image.open(io.BytesIO(data)) as im:  # reads the header only
+        width, height = im.size
+    if width * height > max_pixels:
+        raise Reject(f"image of {width}x{height} pixels is over max_image_pixels ({max_pixels})")
+
+
 class RecordDecoder:
     """Checks request bodies against the model's input columns."""
 
     def __init__(
-        self, columns: list[Column], *, optional: Iterable[str] = (), max_items: int = 1000
+        self,
+        columns: list[Column],
+        *,
+        optional: Iterable[str] = (),
+        max_items: int = 1000,
+        limit_name: str | None = None,
     ) -> None:
         self.columns = columns
+        self.limit_name = limit_name
         self.names = [c.name for c in columns]
         self.max_items = max_items
         self._keys = frozenset(self.names)
@@ -257,8 +292,9 @@ class RecordDecoder:
         if not items:
             raise InvalidInputError(f"field {field!r}: empty (send at least one row)")
         if len(items) > self.max_items:
+            cap = f" ({self.limit_name})" if self.limit_name else ""
             raise InvalidInputError(
-                f"field {field!r}: {len(items)} rows are over the limit of {self.max_items}"
+                f"field {field!r}: {len(items)} rows are over the limit of {self.max_items}{cap}"
             )
         if field == "rows":
             return [self._record(self._row(i, r), i) for i, r in enumerate(items)]

@@ -32,8 +32,8 @@ def test_split(
 
     Records hold the dataset's columns without the label, the split column and labeling
     metadata, with JSON values (dates as ISO text): what a client sends to the served model
-    (which may take fewer of the columns). Image files named in the image column
-    are read and base64-encoded, as serving receives them.
+    (which may take fewer of the columns). Images (files named in the image column, or
+    bytes in it) are base64-encoded, as serving receives them.
 
     Args:
         model_dir: The model directory (for messages).
@@ -97,6 +97,8 @@ def _json_ready(value: Any) -> Any:
 
 
 def _image_b64(path: Any) -> str:
+    if isinstance(path, bytes | bytearray):  # image bytes kept in the lake
+        return base64.b64encode(path).decode("ascii")
     try:
         return base64.b64encode(Path(str(path)).read_bytes()).decode("ascii")
     except OSError as exc:

@@ -56,6 +56,8 @@ HANDLERS = Registry(
         "mlp": "aifab.inference.classifier:ClassifierHandler",
         "cnn": "aifab.inference.classifier:ClassifierHandler",
         "transformer-classifier": "aifab.inference.classifier:ClassifierHandler",
+        "fusion-classifier": "aifab.inference.classifier:ClassifierHandler",
+        "dual-encoder": "aifab.inference.dual_encoder:DualEncoderHandler",
         "causal-lm": "aifab.inference.lm:LMHandler",
         "hf-causal-lm": "aifab.inference.lm:LMHandler",
         "sentence-transformers": "aifab.inference.embeddings:EmbeddingHandler",

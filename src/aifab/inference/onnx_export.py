@@ -26,7 +26,7 @@ if TYPE_CHECKING:
 __all__ = ["CLASSIFIERS", "quantize_int8", "sample_inputs", "to_onnx", "torch_logits"]
 
 #: The zoo builders whose models export (one tensor or token ids + mask in, logits out).
-CLASSIFIERS = ("mlp", "cnn", "transformer-classifier")
+CLASSIFIERS = ("mlp", "cnn", "transformer-classifier", "fusion-classifier")
 OPSET = 18
 _log = logging.getLogger(__name__)
 
@@ -64,10 +64,30 @@ def sample_inputs(sidecar: Mapping[str, Any], batch: int = 2, seed: int = 0) -> 
         seq = int(pre.get("max_length") or cfg["max_len"])
         ids = rng.integers(1, int(cfg["vocab_size"]), (batch, seq), dtype=np.int64)
         return {"input_ids": ids, "attention_mask": np.ones((batch, seq), dtype=np.int64)}
+    if builder == "fusion-classifier":
+        return _fusion_sample(sidecar, cfg, batch, rng)
     raise InvalidInputError(
         f"a {builder} model cannot be exported: export supports classifiers "
         f"({', '.join(CLASSIFIERS)})"
     )
+
+
+def _fusion_sample(
+    sidecar: Mapping[str, Any], cfg: Mapping[str, Any], batch: int, rng: np.random.Generator
+) -> dict[str, Any]:
+    """Inputs of each branch the fusion model has, in its keyword order."""
+    out: dict[str, Any] = {}
+    if cfg.get("image"):
+        size, channels = int(cfg["image"]["image_size"]), int(cfg["image"]["in_channels"])
+        out["image"] = rng.random((batch, channels, size, size), dtype=np.float32)
+    if cfg.get("text"):
+        text = dict(cfg["text"])
+        tc = {**sidecar, "builder": "transformer-classifier", "config": text}
+        out.update(sample_inputs(tc, batch=batch))
+    if cfg.get("tabular"):
+        width = int(cfg["tabular"]["in_features"])
+        out["features"] = rng.standard_normal((batch, width)).astype(np.float32)
+    return out
 
 
 def _positional(module: torch.nn.Module, names: list[str]) -> torch.nn.Module:

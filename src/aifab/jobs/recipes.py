@@ -16,5 +16,6 @@ RECIPES = Registry(
         "lm": "aifab.train.recipes.lm:main",
         "lora": "aifab.train.recipes.lora:main",
         "kge": "aifab.train.recipes.kge:main",
+        "contrastive": "aifab.train.recipes.contrastive:main",
     },
 )

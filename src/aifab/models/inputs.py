@@ -6,6 +6,7 @@ Tabular features (numeric columns, standardization), images (files to pixel arra
 
 from __future__ import annotations
 
+import io
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -124,22 +125,26 @@ class Standardizer:
         )
 
 
-def image_files(paths: Sequence[str], size: int, channels: int) -> np.ndarray:
-    """Decode image files to ``(n, channels, size, size)`` float32 in [0, 1].
+def image_files(paths: Sequence[str | bytes], size: int, channels: int) -> np.ndarray:
+    """Decode images (file paths, or image bytes from the lake) to ``(n, channels, size, size)``.
+
+    Values are float32 in [0, 1].
 
     Raises:
-        InvalidInputError: a file that cannot be read (named).
+        InvalidInputError: an image that cannot be read (named by path or row).
     """
     from PIL import Image
 
     mode = "L" if channels == 1 else "RGB"
     out = np.empty((len(paths), channels, size, size), dtype=np.float32)
     for i, path in enumerate(paths):
+        source = io.BytesIO(path) if isinstance(path, bytes | bytearray) else Path(str(path))
         try:
-            with Image.open(Path(path)) as im:
+            with Image.open(source) as im:
                 arr = np.asarray(im.convert(mode).resize((size, size)), dtype=np.float32) / 255.0
         except (OSError, ValueError) as exc:
-            raise InvalidInputError(f"image {path}: cannot read ({exc})") from None
+            what = f"row {i}" if isinstance(source, io.BytesIO) else str(path)
+            raise InvalidInputError(f"image {what}: cannot read ({exc})") from None
         out[i] = arr.reshape(size, size, channels).transpose(2, 0, 1)
     return out
 

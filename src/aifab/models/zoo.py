@@ -14,6 +14,7 @@ from pydantic import Field, ValidationInfo, field_validator, model_validator
 from aifab.core.config import StrictConfig, as_config
 from aifab.core.errors import InvalidInputError
 from aifab.core.registry import Registry
+from aifab.models.zoo_multimodal import DualEncoderConfig, FusionClassifierConfig
 
 if TYPE_CHECKING:
     import torch
@@ -196,6 +197,12 @@ _SPECS: dict[str, tuple[str, type[StrictConfig], str]] = {
         TransformerClassifierConfig,
         "aifab.models.transformer:build_transformer_classifier",
     ),
+    "fusion-classifier": (
+        "multimodal",
+        FusionClassifierConfig,
+        "aifab.models.fusion:build_fusion_classifier",
+    ),
+    "dual-encoder": ("multimodal", DualEncoderConfig, "aifab.models.fusion:build_dual_encoder"),
     "causal-lm": ("lm", CausalLMConfig, "aifab.models.causal_lm:build_causal_lm"),
     "rotate": ("kg", RotatEConfig, "aifab.models.kge:build_rotate"),
     "transe": ("kg", TransEConfig, "aifab.models.kge:build_transe"),
@@ -259,6 +266,11 @@ def _type_name(annotation: Any) -> str:
     return str(annotation).replace("typing.", "")
 
 
+def _plain(value: Any) -> Any:
+    """A default as JSON-ready data (a nested config, e.g. a fusion branch, as its dict)."""
+    return value.model_dump() if isinstance(value, StrictConfig) else value
+
+
 def config_fields(cls: type[StrictConfig]) -> list[dict[str, Any]]:
     """Describe each field of a config class: name, type, default, required, description."""
     fields = []
@@ -268,7 +280,9 @@ def config_fields(cls: type[StrictConfig]) -> list[dict[str, Any]]:
             {
                 "name": fname,
                 "type": _type_name(info.annotation),
-                "default": None if required else info.get_default(call_default_factory=True),
+                "default": None
+                if required
+                else _plain(info.get_default(call_default_factory=True)),
                 "required": required,
                 "description": info.description or "",
             }

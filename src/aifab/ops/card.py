@@ -56,6 +56,42 @@ def _datasets(meta: dict[str, Any]) -> list[dict[str, Any]]:
     return out
 
 
+def model_inputs(pre: dict[str, Any], datasets: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Each modality the model reads: its columns, source dataset and preprocessing."""
+    source = ", ".join(str(d.get("ref")) for d in datasets) or None
+    out: list[dict[str, Any]] = []
+    if pre.get("image_column") or pre.get("image_shape"):
+        shape = "x".join(str(n) for n in pre.get("image_shape") or [])
+        cols = [pre["image_column"]] if pre.get("image_column") else pre.get("features") or []
+        how = f"decoded, resized to {shape}, /255" if pre.get("image_column") else "pixels"
+        out.append({"modality": "image", "columns": cols, "dataset": source, "preprocess": how})
+    if pre.get("text_column"):
+        how = f"BPE tokenizer trained on the train split, {pre.get('max_length')} tokens"
+        out.append(
+            {
+                "modality": "text",
+                "columns": [pre["text_column"]],
+                "dataset": source,
+                "preprocess": how,
+            }
+        )
+    if pre.get("features") and (pre.get("modality") == "multimodal" or not pre.get("image_shape")):
+        how = (
+            "feature transform"
+            if pre.get("feature_transform")
+            else ("standardized (train statistics)" if pre.get("standardize") else "as is")
+        )
+        out.append(
+            {
+                "modality": "tabular",
+                "columns": list(pre["features"]),
+                "dataset": source,
+                "preprocess": how,
+            }
+        )
+    return out
+
+
 def _exports(name: str, version: int, tags: dict[str, str]) -> list[dict[str, Any]]:
     out = []
     for tag, uri in sorted(tags.items()):
@@ -114,6 +150,7 @@ def gather(ref: str, owner: CardOwnerFields, *, explain: bool = True) -> dict[st
         "recipe": meta.get("recipe"),
         "code_version": meta.get("code_version") or {},
         "datasets": _datasets(meta),
+        "inputs": model_inputs(pre, meta.get("datasets") or []),
         "classes": pre.get("classes") or [],
         "label": pre.get("label"),
         "features": len(pre.get("features") or []),

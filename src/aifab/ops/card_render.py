@@ -63,6 +63,15 @@ def _lineage(card: dict[str, Any]) -> list[str]:
             for d in card["datasets"]
         ],
     )
+    if card.get("inputs"):
+        lines += ["### Inputs by modality", ""]
+        lines += _table(
+            ["modality", "columns", "dataset", "preprocessing"],
+            [
+                [i["modality"], ", ".join(i["columns"]), i["dataset"], i["preprocess"]]
+                for i in card["inputs"]
+            ],
+        )
     lines += ["## Code and config", ""]
     lines += [
         f"- recipe: `{_md(card['recipe'])}`, builder: `{_md(card['builder'])}`",
@@ -175,6 +184,10 @@ owners: {{ card.owner.owners | join(", ") or "not stated" }}.</p>
 <th>source</th></tr>{% for d in card.datasets %}<tr><td>{{ d.ref }}</td>
 <td><code>{{ d.content_hash or d.digest }}</code></td><td>{{ d.rows }}</td><td>{{ d.source }}</td>
 </tr>{% endfor %}</table>
+{% if card.inputs %}<h3>Inputs by modality</h3><table><tr><th>modality</th><th>columns</th>
+<th>dataset</th><th>preprocessing</th></tr>{% for i in card.inputs %}<tr><td>{{ i.modality }}</td>
+<td>{{ i.columns | join(", ") }}</td><td>{{ i.dataset }}</td><td>{{ i.preprocess }}</td></tr>
+{% endfor %}</table>{% endif %}
 <h2>Code and config</h2><ul><li>recipe <code>{{ card.recipe }}</code>, builder
 <code>{{ card.builder }}</code></li><li>aifab {{ card.code_version.aifab_version }}, git commit
 <code>{{ card.code_version.git_commit }}</code>{% if card.code_version.git_dirty %}

@@ -30,7 +30,7 @@ from aifab.ops.drift_text import TEXT_TESTS
 __all__ = ["KINDS", "DriftOptions", "column_kind", "drift_report"]
 
 #: Column kinds a report knows (``DriftOptions.kinds`` may name any of them).
-KINDS = ("numerical", "categorical", "text", "embedding")
+KINDS = ("numerical", "categorical", "text", "embedding", "image")
 
 #: Beyond this many values in all, columns are compared on a thread pool.
 _PARALLEL_VALUES = 2_000_000
@@ -119,6 +119,8 @@ def column_kind(values: Values) -> str:
         return "numerical"
     if pa.types.is_temporal(t):
         return "numerical"
+    if pa.types.is_binary(t) or pa.types.is_large_binary(t):
+        return "image"  # bytes in the lake are images (the only binary column we write)
     if pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t):
         v = t.value_type
         if pa.types.is_integer(v) or pa.types.is_floating(v) or pa.types.is_null(v):
@@ -332,6 +334,35 @@ def _embedding_column(name: str, ref: Values, cur: Values, opts: DriftOptions) -
     return {**out, "tests": tests, "drift": any(t["drift"] for t in tests.values())}
 
 
+def _image_column(name: str, ref: Values, cur: Values, opts: DriftOptions) -> dict[str, Any]:
+    """Image statistics as numerical columns, the 8x8 pixel embedding as an embedding column."""
+    from aifab.ops.drift_image import image_features
+
+    ref_list = ref.to_pylist() if isinstance(ref, pa.Array | pa.ChunkedArray) else list(ref)
+    cur_list = cur.to_pylist() if isinstance(cur, pa.Array | pa.ChunkedArray) else list(cur)
+    r_stats, r_vec, r_missing, r_bad = image_features(ref_list, opts.text_rows, opts.seed)
+    c_stats, c_vec, c_missing, c_bad = image_features(cur_list, opts.text_rows, opts.seed + 1)
+    out: dict[str, Any] = {
+        "kind": "image",
+        "n_ref": len(r_vec),
+        "n_cur": len(c_vec),
+        "ref_missing": r_missing / max(len(ref_list), 1),
+        "missing": c_missing / max(len(cur_list), 1),
+        "unreadable": c_bad / max(len(cur_list), 1),
+    }
+    if (skipped := _skip(out)) is not None:
+        return skipped
+    tests: dict[str, Any] = {}
+    for stat, values in r_stats.items():
+        col = _column(f"{name}.{stat}", "numerical", values, c_stats[stat], opts)
+        for test_name, result in col["tests"].items():
+            tests[f"{stat}.{test_name}"] = result
+    emb = _embedding_column(f"{name}.pixels", list(r_vec), list(c_vec), opts)
+    for test_name, result in emb.get("tests", {}).items():
+        tests[f"pixels.{test_name}"] = result
+    return {**out, "tests": tests, "drift": any(t["drift"] for t in tests.values())}
+
+
 def drift_report(
     reference: Mapping[str, Values],
     current: Mapping[str, Values],
@@ -372,6 +403,8 @@ def drift_report(
             return _text_column(name, reference[name], current[name], opts)
         if kind == "embedding":
             return _embedding_column(name, reference[name], current[name], opts)
+        if kind == "image":
+            return _image_column(name, reference[name], current[name], opts)
         return _column(name, kind, reference[name], current[name], opts)  # type: ignore[arg-type]
 
     big = sum(len(reference[n]) + len(current[n]) for n, _ in todo) > _PARALLEL_VALUES

@@ -146,7 +146,8 @@ def explain_records(
     """Explain the predictions of model version ``ref`` for raw ``records``.
 
     Args:
-        ref: ``NAME@VERSION`` or ``NAME@ALIAS`` of a tabular classifier.
+        ref: ``NAME@VERSION`` or ``NAME@ALIAS`` of a tabular classifier, or of a multimodal
+            one (explained per modality: ``aifab.ops.explain_modality``).
         records: request records, as ``POST /v1/predict`` takes them.
         method: an explainer name (``shapley``).
         top: keep the ``top`` largest contributions per record (default: all).
@@ -161,6 +162,15 @@ def explain_records(
     """
     if top is not None and top < 1:
         raise InvalidInputError(f"top: expected at least 1, got {top}")
+    from aifab.ops.explain_modality import explain_modalities, is_multimodal
+
+    # A multimodal model is explained per modality (Shapley over image, text, fields).
+    if method in ("shapley", "modality") and is_multimodal(ref):
+        result = explain_modalities(ref, records, max_records=MAX_RECORDS)
+        if top is not None:
+            for e in result["explanations"]:
+                e["contributions"] = e["contributions"][:top]
+        return result
     explainer: Explainer = EXPLAINERS.get(method)()
     model = load_tabular(ref)
     decoded = model.decode(records)

@@ -23,12 +23,17 @@ from aifab.train import datasets
 
 if TYPE_CHECKING:
     from aifab.data.feature_transform import FeatureTransform
-    from aifab.train.recipes.classify import Config
+    from aifab.train.classify_config import ClassifyConfig as Config
 
 _DEFAULT_FILE_SHAPE = (3, 32, 32)
 _NUMERIC = re.compile(r"^(U?(TINY|SMALL|BIG|HUGE)?INT(EGER)?|FLOAT|DOUBLE|REAL|DECIMAL|BOOLEAN)")
 #: The zoo model each modality trains.
-MODELS = {"tabular": "mlp", "image": "cnn", "text": "transformer-classifier"}
+MODELS = {
+    "tabular": "mlp",
+    "image": "cnn",
+    "text": "transformer-classifier",
+    "multimodal": "fusion-classifier",
+}
 
 
 @dataclass
@@ -96,6 +101,8 @@ def modality(cfg: Config) -> str:
     """The configured modality, or the one the config implies."""
     if cfg.modality != "auto":
         return cfg.modality
+    if cfg.text_column and cfg.image_column:
+        return "multimodal"
     if cfg.text_column:
         return "text"
     return "image" if cfg.image_column or cfg.image_shape else "tabular"
@@ -112,7 +119,11 @@ def _named(what: str) -> Iterator[None]:
 
 def _needed_columns(cfg: Config, kind: str) -> list[str]:
     cols = [cfg.label]
-    if kind == "text":
+    if kind == "multimodal":
+        from aifab.train.multimodal_data import input_columns
+
+        cols += input_columns(cfg)
+    elif kind == "text":
         cols.append(str(cfg.text_column))
     elif kind == "image" and cfg.image_column:
         cols.append(cfg.image_column)
@@ -133,12 +144,16 @@ def check_inputs(cfg: Config) -> None:
     kind = modality(cfg)
     if kind == "text" and not cfg.text_column:
         raise InvalidInputError("text_column: required for text classification")
+    if kind == "multimodal":
+        from aifab.train.multimodal_data import check_config
+
+        check_config(cfg)
     for col in _needed_columns(cfg, kind):
         if col not in v.columns:
             raise InvalidInputError(
                 f"dataset {v.ref}: column {col!r} not found (columns: {', '.join(v.columns)})"
             )
-    if isinstance(cfg.features, dict):
+    if isinstance(cfg.features, dict) and kind != "multimodal":
         from aifab.core.config import as_config
         from aifab.data.feature_ops import check_columns
         from aifab.data.feature_spec import FeatureSpec
@@ -190,7 +205,11 @@ def load_data(cfg: Config) -> ClassifyData:
         },
     }
     data = ClassifyData({}, y, index, classes, kind, {}, pre, [datasets.dataset_input(v)])
-    if kind == "text":
+    if kind == "multimodal":
+        from aifab.train.multimodal_data import multimodal_inputs
+
+        multimodal_inputs(cfg, table, data)
+    elif kind == "text":
         _text_inputs(cfg, table, data)
     elif kind == "image" and cfg.image_column:
         shape = cfg.image_shape or _DEFAULT_FILE_SHAPE
@@ -313,7 +332,9 @@ def build_model(cfg: Config, data: ClassifyData) -> tuple[torch.nn.Module, str, 
                     f"this data needs {name} with {key}={want}"
                 )
         return module.train(), name, base_cfg
-    model_cfg = model_config(name, {**data.model_defaults, **cfg.model.config})
+    from aifab.train.multimodal_data import merge_config
+
+    model_cfg = model_config(name, merge_config(data.model_defaults, cfg.model.config))
     return build_zoo_model(name, model_cfg), name, model_cfg
 
 

@@ -15,7 +15,16 @@ from aifab.cli.models_zoo import register_zoo
 from aifab.core.errors import InvalidInputError
 from aifab.models.zoo import CausalLMConfig, build_model, list_zoo, model_config
 
-NAMES = {"mlp", "cnn", "transformer-classifier", "causal-lm", "rotate", "transe"}
+NAMES = {
+    "mlp",
+    "cnn",
+    "transformer-classifier",
+    "fusion-classifier",
+    "dual-encoder",
+    "causal-lm",
+    "rotate",
+    "transe",
+}
 
 
 def n_params(model: torch.nn.Module) -> int:

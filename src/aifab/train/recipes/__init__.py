@@ -16,6 +16,7 @@ RECIPE_CONFIGS = Registry(
     "recipe",
     {
         "classify": "aifab.train.recipes.classify:Config",
+        "contrastive": "aifab.train.recipes.contrastive:Config",
         "custom": "aifab.train.recipes.custom:Config",
         "kge": "aifab.train.recipes.kge:Config",
         "lm": "aifab.train.recipes.lm:Config",
@@ -28,6 +29,7 @@ RECIPE_MAINS = Registry(
     "recipe",
     {
         "classify": "aifab.train.recipes.classify:main",
+        "contrastive": "aifab.train.recipes.contrastive:main",
         "custom": "aifab.train.recipes.custom:main",
         "kge": "aifab.train.recipes.kge:main",
         "lm": "aifab.train.recipes.lm:main",

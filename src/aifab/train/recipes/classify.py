@@ -1,6 +1,7 @@
 """The ``classify`` recipe: a zoo classifier trained on a dataset version's label column.
 
-Models: mlp (tabular), cnn (images), transformer-classifier (text); exact resume from
+Models: mlp (tabular), cnn (images), transformer-classifier (text), fusion-classifier (any
+mix of image, text and fields); exact resume from
 checkpoints, data parallelism (DDP/FSDP/DeepSpeed) and MLflow tracking. Read top to bottom:
 validate -> data -> model -> resume -> the loop -> evaluate -> save, log, register.
 ``python -m aifab.train.recipes.classify config.yaml [key=value ...]`` runs it.
@@ -15,15 +16,15 @@ import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 
-from pydantic import Field
-
-from aifab.core.config import StrictConfig, as_config
+from aifab.core.config import as_config
 from aifab.core.errors import InvalidInputError
+from aifab.train.classify_config import ClassifyConfig, EarlyStopConfig, ModelChoice
 from aifab.train.lifecycle import open_run
-from aifab.train.recipe_config import OptimConfig, RecipeConfig
 from aifab.train.trial import ENV_STORAGE
+
+__all__ = ["ClassifyConfig", "Config", "EarlyStopConfig", "ModelChoice", "main"]
 
 if TYPE_CHECKING:
     import numpy as np
@@ -34,70 +35,11 @@ if TYPE_CHECKING:
     from aifab.train.loop import EarlyStopping
 
 
-class EarlyStopConfig(StrictConfig):
-    """Stop when the validation metric stops improving."""
-
-    metric: Literal["valid_accuracy", "valid_loss"] = "valid_accuracy"
-    patience: int = Field(5, ge=1, description="Evaluations without improvement before stopping.")
-    min_delta: float = Field(0.0, ge=0, description="Smallest change that counts as better.")
-    restore_best: bool = Field(True, description="End with the best evaluated weights.")
-
-
-class ModelChoice(StrictConfig):
-    """Which zoo model, with config keys that override the ones inferred from the data."""
-
-    name: Literal["auto", "mlp", "cnn", "transformer-classifier"] = Field(
-        "auto",
-        description="auto: mlp for tabular, cnn for images, transformer-classifier for text.",
-    )
-    config: dict[str, Any] = Field(default_factory=dict, description="Zoo config overrides.")
-
-
-class Config(RecipeConfig):
+class Config(ClassifyConfig):
     """Everything the classify recipe reads (shipped YAML files are instances of it).
 
-    The keys every recipe shares (checkpoints, seed, device, run, output) are RecipeConfig's.
+    The fields are :class:`ClassifyConfig`'s; this class adds the check a job runs first.
     """
-
-    dataset: str = Field(..., description="Dataset ref (NAME or NAME@VERSION).")
-    label: str = Field("label", description="Label column.")
-    features: list[str] | dict[str, Any] | str | None = Field(
-        None,
-        description="Feature columns; or a feature spec (aifab data features) fitted here; or a "
-        "fitted feature transform (name, digest or artifact path). Default: numeric columns.",
-    )
-    modality: Literal["auto", "tabular", "image", "text"] = Field(
-        "auto", description="auto: text with text_column, image with image_column/shape."
-    )
-    text_column: str | None = Field(None, description="Text column (text classification).")
-    image_column: str | None = Field(None, description="Column of image file paths.")
-    image_shape: tuple[int, int, int] | None = Field(
-        None,
-        description="[channels, height, width] of the model input: pixel columns are reshaped "
-        "to it, image files resized to it (default [3, 32, 32] for files; square only).",
-    )
-    standardize: bool = Field(True, description="Standardize plain feature columns (train stats).")
-    split_column: str = Field("split", description="train/valid/test column, if present.")
-    split_fractions: tuple[float, float, float] = Field(
-        (0.8, 0.1, 0.1), description="Seeded split shares when there is no split column."
-    )
-    vocab_size: int = Field(1000, ge=300, description="Text: BPE vocabulary (trained on train).")
-    max_length: int = Field(64, gt=0, description="Text: tokens per example.")
-    model: ModelChoice = Field(default_factory=ModelChoice)
-    base_model: str | None = Field(None, description="Saved model directory to fine-tune.")
-    epochs: int = Field(10, ge=1, description="Passes over the training rows.")
-    max_steps: int | None = Field(None, ge=1, description="Stop after this many optimizer steps.")
-    batch_size: int = Field(32, ge=1, description="Global batch (split over replicas).")
-    optim: OptimConfig = Field(default_factory=OptimConfig)
-    eval_every: int | None = Field(None, ge=1, description="Steps between evals (default: epoch).")
-    early_stopping: EarlyStopConfig | None = None
-    bf16: bool | None = Field(
-        None, description="bf16 autocast; default on for GPUs that support it, off on CPU."
-    )
-    strategy: Literal["ddp", "fsdp", "deepspeed"] = Field("ddp", description="Data parallelism.")
-    deepspeed: dict[str, Any] | None = Field(None, description="DeepSpeed config (ZeRO...).")
-    experiment: str = Field("classify", description="MLflow experiment.")
-    log_every: int = Field(10, ge=1, description="Steps between train-loss points.")
 
     def check_inputs(self) -> None:
         """Check the dataset and columns before a job starts (see aifab.train.submit)."""
@@ -150,6 +92,9 @@ class _Position:
     resumed_from: int | None = None
     stopped: bool = False
     pruned: bool = False
+    #: Wall time of this process's steps, without evaluations and checkpoints (benchmarks).
+    train_time_s: float = 0.0
+    steps_timed: int = 0
 
 
 def _train(cfg: Config, info: DistInfo, device: torch.device) -> dict[str, Any]:
@@ -250,11 +195,14 @@ def _loop(
     cfg: Config, info: DistInfo, device: torch.device, parts: _Parts, pos: _Position, run: Any
 ) -> None:
     """The training loop: micro-batches, accumulation, optimizer steps, log, eval, checkpoint."""
+    import time
+
     import torch
 
     from aifab.train import checkpointing, loop
 
     accum, ckpt_dir = cfg.optim.grad_accum, checkpointing.checkpoint_dir(cfg.checkpoint_dir)
+    start, begin, aside = pos.step, time.perf_counter(), 0.0
     window_loss = torch.zeros(2, dtype=torch.float64)  # (loss sum, examples) since last log
     checkpointing.set_rng_state(pos.rng)
     show = cfg.progress and info.is_main
@@ -275,12 +223,16 @@ def _loop(
                     loss = _log_train(info, parts, pos, run, window_loss, grad_norm)
                     window_loss = torch.zeros(2, dtype=torch.float64)
                     bar.update(pos.step, loss, cfg.batch_size * cfg.log_every)
+                t0 = time.perf_counter()
                 if (pos.step % cfg.eval_every == 0) if cfg.eval_every else last:
                     _evaluate(cfg, info, device, parts, pos, run)
                 every = cfg.checkpoint_every
                 done = pos.step >= parts.total_steps or pos.stopped
                 if ckpt_dir is not None and every and (pos.step % every == 0 or done):
                     _save_checkpoint(cfg, ckpt_dir, info, parts, pos)
+                aside += time.perf_counter() - t0
+                pos.train_time_s = time.perf_counter() - begin - aside
+                pos.steps_timed = pos.step - start
                 if done:
                     return
 
@@ -408,6 +360,8 @@ def _finish(
     }
     if cfg.early_stopping is not None:
         metrics["best_step"] = float(parts.stopper.best_step)
+    if pos.steps_timed:
+        metrics["step_time_s"] = pos.train_time_s / pos.steps_timed
     summary: dict[str, Any] = {
         "run_id": pos.run_id,
         "metrics": metrics,

@@ -1,0 +1,78 @@
+"""Image drift: simple statistics per image and a pixel embedding, for the drift report.
+
+An image column (bytes from the lake, or base64 strings as request logs keep them) becomes
+numbers per image (width, height, brightness, contrast, colourfulness), which the report then
+tests like numerical columns as ``<column>.<stat>``, and a small embedding (the image shrunk
+to 8x8 grey, unit length) tested like an embedding column as ``<column>.pixels``. No model is
+loaded: the statistics see what changed in the pictures themselves.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import io
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+__all__ = ["STATS", "image_features"]
+
+#: Numbers per image the report compares.
+STATS = ("width", "height", "brightness", "contrast", "colourfulness")
+_THUMB = 8
+
+
+def _bytes(value: Any) -> bytes | None:
+    if isinstance(value, bytes | bytearray):
+        return bytes(value)
+    if isinstance(value, str) and value:
+        text = value.split(",", 1)[1] if value.startswith("data:") else value
+        try:
+            return base64.b64decode(text, validate=True)
+        except (binascii.Error, ValueError):
+            return None
+    return None
+
+
+def image_features(
+    values: Sequence[Any], limit: int, seed: int
+) -> tuple[dict[str, np.ndarray], np.ndarray, int, int]:
+    """Statistics and pixel embeddings of up to ``limit`` images sampled from ``values``.
+
+    Returns:
+        ``(stats by name, (n, 64) embeddings, missing, unreadable)``; missing counts NULLs,
+        unreadable counts values that are not a decodable image.
+    """
+    from PIL import Image
+
+    present = [v for v in values if v is not None]
+    missing = len(values) - len(present)
+    if len(present) > limit:
+        pick = np.sort(np.random.default_rng(seed).choice(len(present), limit, replace=False))
+        present = [present[i] for i in pick]
+    rows: list[list[float]] = []
+    vecs: list[np.ndarray] = []
+    bad = 0
+    for value in present:
+        data = _bytes(value)
+        try:
+            if data is None:
+                raise ValueError("not image bytes")
+            with Image.open(io.BytesIO(data)) as im:
+                width, height = im.size
+                rgb = np.asarray(im.convert("RGB"), dtype=np.float32) / 255.0
+                thumb = np.asarray(im.convert("L").resize((_THUMB, _THUMB)), dtype=np.float32)
+        except (OSError, ValueError):
+            bad += 1
+            continue
+        grey = rgb.mean(axis=2)
+        colour = float(np.abs(rgb - grey[..., None]).mean())
+        rows.append([width, height, float(grey.mean()), float(grey.std()), colour])
+        v = thumb.ravel() - thumb.mean()
+        vecs.append(v / max(float(np.linalg.norm(v)), 1e-6))
+    table = np.asarray(rows, dtype=np.float64).reshape(-1, len(STATS))
+    stats = {name: table[:, i] for i, name in enumerate(STATS)}
+    embeddings = np.asarray(vecs, dtype=np.float32).reshape(-1, _THUMB * _THUMB)
+    return stats, embeddings, missing, bad
