@@ -2,7 +2,7 @@
 
 The README is this test's input, so a changed README is tested by the next run. The workspace
 starts as `make demo` leaves it (``aifab demo``), in a fresh directory holding copies of the
-checkout's ``examples/`` and ``docs/`` (what a reader of a fresh clone has). Commands that
+checkout's ``examples/``, ``docs/`` and README (what a reader of a fresh clone has). Commands that
 cannot run here, or take minutes, are skipped with the reason printed; commands the README
 shows failing on purpose must fail.
 """
@@ -47,6 +47,7 @@ def tour(tmp_path_factory: pytest.TempPathFactory) -> Tour:
     cwd = tmp_path_factory.mktemp("readme-tour")
     for folder in ("examples", "docs"):
         shutil.copytree(ROOT / folder, cwd / folder, ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copy(README, cwd / "README.md")
     bindir = str(Path(sys.executable).parent)
     env = {
         "PATH": f"{bindir}{os.pathsep}{os.environ.get('PATH', '')}",
