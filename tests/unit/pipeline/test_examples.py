@@ -16,7 +16,7 @@ def test_a_checkout_uses_its_own_examples() -> None:
 
 @pytest.mark.parametrize("name", ["nope", "", "../quickstart", "drift"])
 def test_an_unknown_example_names_the_known_ones(name: str) -> None:
-    with pytest.raises(NotFoundError, match=r"known: agents, kg, llm, quickstart, rag"):
+    with pytest.raises(NotFoundError, match=r"known: agents, kg, llm, multimodal, quickstart, rag"):
         example_pipeline(name)
 
 
