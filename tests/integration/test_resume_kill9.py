@@ -115,7 +115,12 @@ def test_kill9_then_rerun_matches_uninterrupted_bitwise(tmp_path: Path) -> None:
     assert want.keys() == got.keys()
     for key in want:
         assert torch.equal(want[key], got[key]), key  # type: ignore[arg-type]
-    assert resumed["metrics"] == reference["metrics"]
+    # Every metric but the wall-clock step time is a function of the weights and the data.
+    untimed = [
+        {k: v for k, v in run["metrics"].items() if not k.endswith("_time_s")}
+        for run in (resumed, reference)
+    ]
+    assert untimed[0] == untimed[1]
 
     from aifab.track.runs import get_run
 

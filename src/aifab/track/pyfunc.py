@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from mlflow.models.signature import _TypeHints
 from mlflow.pyfunc import PythonModel
 
 from aifab.core.registry import load_target
@@ -61,6 +62,9 @@ class AifabPythonModel(PythonModel):
     # red, on every registration and load) that ``Any`` is no such hint: the model's signature
     # already does the validating, so the wrapping is skipped, and with it the warning.
     _skip_type_hint_validation = True
+    # For the same reason MLflow must find no hints to infer a signature from at save time (it
+    # warns that ``Any`` gives none): the signature is passed explicitly.
+    _predict_type_hints = _TypeHints()
 
     def load_context(self, context: Any) -> None:
         """Load the aifab model directory with the handler its sidecar names."""

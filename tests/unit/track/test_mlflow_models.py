@@ -345,3 +345,20 @@ def test_mlflow_get_source_reads_the_training_dataset(churn_model: dict) -> None
     assert source.ref == inputs[0].dataset.name + "@" + source.ref.split("@")[1]
     rows = source.load()
     assert rows.num_rows == json.loads(inputs[0].dataset.profile)["num_rows"]
+
+
+def test_building_the_mlflow_model_warns_about_no_type_hint(
+    churn_model: dict, mlflow_uri: str, tmp_path: Path
+) -> None:
+    """Every registration printed two red MLflow UserWarnings about predict's type hints."""
+    import warnings
+
+    from aifab.core.workspace import get_workspace
+    from aifab.track.mlflow_model import build_mlflow_model
+
+    model_dir = get_workspace().artifacts / "models" / churn_model["run_id"]
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        build_mlflow_model(model_dir, tmp_path / "m", run_id=churn_model["run_id"], model_id="m-1")
+    hints = [f"{w.filename}:{w.lineno}: {w.message}" for w in caught]
+    assert not [h for h in hints if "type hint" in h.lower()], hints
