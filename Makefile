@@ -8,7 +8,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.aifab-installed
 PYTEST_ARGS ?= -n 2 --dist loadfile
 
-.PHONY: install browser promtool demo test check lint bench-data bench-ingest bench-tracking clean
+.PHONY: install system-tools demo test check lint bench-data bench-ingest bench-tracking clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -19,26 +19,22 @@ $(STAMP): pyproject.toml | $(PY)
 	$(PY) -m pip install --quiet -e '.[all,dev]'
 	touch $(STAMP)
 
-# The dashboard's browser tests drive Debian's chromium (Playwright's own download does not work
-# offline). Installed when missing and we may (root); otherwise those tests skip, naming why.
-browser:
-	@command -v chromium >/dev/null 2>&1 || { \
-	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
-	    echo "installing Debian's chromium for the dashboard's browser tests"; \
-	    apt-get install -y -q chromium >/dev/null 2>&1 || \
-	    { apt-get update -q >/dev/null && apt-get install -y -q chromium >/dev/null; } || \
-	    echo "warning: could not install chromium: the browser tests will skip"; \
-	  else echo "warning: no chromium (apt-get install chromium): the browser tests will skip"; fi; }
+# Debian packages some tests drive: chromium (the dashboard's browser tests; Playwright's own
+# download does not work offline), prometheus (promtool, for the exported alert rules) and jq
+# (the README's commands, run by the tour test). Installed when missing and we may (root);
+# otherwise the tests that need them skip, naming why.
+SYSTEM_TOOLS := chromium:chromium promtool:prometheus jq:jq
 
-# The exported alert rules are unit-tested with promtool (Debian's prometheus package).
-promtool:
-	@command -v promtool >/dev/null 2>&1 || { \
+system-tools:
+	@for pair in $(SYSTEM_TOOLS); do cmd=$${pair%%:*}; pkg=$${pair##*:}; \
+	  command -v $$cmd >/dev/null 2>&1 && continue; \
 	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
-	    echo "installing Debian's prometheus (promtool) for the alert-rule tests"; \
-	    apt-get install -y -q prometheus >/dev/null 2>&1 || \
-	    { apt-get update -q >/dev/null && apt-get install -y -q prometheus >/dev/null; } || \
-	    echo "warning: could not install prometheus: the promtool tests will skip"; \
-	  else echo "warning: no promtool (apt-get install prometheus): the promtool tests will skip"; fi; }
+	    echo "installing Debian's $$pkg for the tests that use $$cmd"; \
+	    apt-get install -y -q $$pkg >/dev/null 2>&1 || \
+	    { apt-get update -q >/dev/null && apt-get install -y -q $$pkg >/dev/null; } || \
+	    echo "warning: could not install $$pkg: the tests that use $$cmd will skip"; \
+	  else echo "warning: no $$cmd (apt-get install $$pkg): the tests that use it will skip"; fi; \
+	done
 
 install: $(STAMP)
 
@@ -48,7 +44,7 @@ demo: install
 	@echo "or activate the venv first: . $(VENV)/bin/activate && aifab --help"
 
 # pytest exits 5 when it collected no tests: that is a failure here, not a pass.
-test: install browser promtool
+test: install system-tools
 	@$(PY) -m pytest $(PYTEST_ARGS); rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "error: pytest collected no tests"; exit 1; fi; exit $$rc
 

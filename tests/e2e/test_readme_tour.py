@@ -50,6 +50,8 @@ def _match(table: dict[str, str], command: Command) -> str:
 
 @pytest.fixture(scope="module")
 def tour(tmp_path_factory: pytest.TempPathFactory) -> Tour:
+    if shutil.which("jq") is None:
+        pytest.skip("the README's commands use jq: apt-get install jq (make system-tools)")
     cwd = tmp_path_factory.mktemp("readme-tour")
     for folder in ("examples", "docs"):
         shutil.copytree(ROOT / folder, cwd / folder, ignore=shutil.ignore_patterns("__pycache__"))
