@@ -18,7 +18,7 @@ from aifab.ops.rule_tests import rule_tests
 
 PROMTOOL = shutil.which("promtool")
 needs_promtool = pytest.mark.skipif(
-    PROMTOOL is None, reason="promtool not installed (apt-get install prometheus; make system-tools)"
+    PROMTOOL is None, reason="no promtool (apt-get install prometheus; make system-tools)"
 )
 
 
