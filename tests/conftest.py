@@ -78,6 +78,34 @@ def s3_storage(s3_server: Any, workspace: Path, monkeypatch: pytest.MonkeyPatch)
     return uri
 
 
+#: Live-server tests run on loaded 2-core machines (CI included), where httpx's 5 s default
+#: timeout fails requests that are merely slow. Calls that pass a timeout keep theirs.
+PATIENT_TIMEOUT_S = 60.0
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _patient_http() -> Iterator[None]:
+    """httpx's module-level helpers (``httpx.get``, ``httpx.post``...) default to a long timeout."""
+    import functools
+
+    names = ("request", "get", "post", "put", "patch", "delete", "head", "options", "stream")
+    originals = {name: getattr(httpx, name) for name in names}
+
+    def patient(call: Callable[..., Any]) -> Callable[..., Any]:
+        @functools.wraps(call)
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            kwargs.setdefault("timeout", PATIENT_TIMEOUT_S)
+            return call(*args, **kwargs)
+
+        return wrapper
+
+    for name, call in originals.items():
+        setattr(httpx, name, patient(call))
+    yield
+    for name, call in originals.items():
+        setattr(httpx, name, call)
+
+
 @pytest.fixture(autouse=True)
 def workspace(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     """A fresh AIFAB_HOME per test (and engines pointing at it)."""

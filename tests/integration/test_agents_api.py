@@ -64,7 +64,7 @@ def _records(n: int) -> list[dict[str, Any]]:
 
 def test_roles_and_a_run_with_the_aifab_lm_through_the_gateway(env: dict[str, Any]) -> None:
     # Sampled: the barely trained LM's greedy answer is spaces, and an empty answer fails a run.
-    spec = {"name": "chatty", "model": {"model": "tiny", "max_tokens": 8, "temperature": 1.0}}
+    spec = {"name": "chatty", "model": {"model": "tiny", "max_tokens": 24, "temperature": 1.0}}
     url = f"{env['url']}/v1/agents"
     assert httpx.post(url, json=spec, headers=_h(env, "client")).status_code == 403
     r = httpx.post(url, json=spec, headers=_h(env, "developer"))
