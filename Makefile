@@ -8,16 +8,23 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.aifab-installed
 PYTEST_ARGS ?= -n 2 --dist loadfile
 
-.PHONY: install system-tools demo test check lint bench-data bench-ingest bench-tracking clean
+.PHONY: install lock system-tools demo test check lint bench-data bench-ingest bench-tracking clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
 
-$(STAMP): pyproject.toml | $(PY)
-	$(PY) -m pip install --quiet --upgrade pip
+# constraints.txt pins every package (see its header): resolution is then one pass, and a fresh
+# clone gets the versions the suite passed with.
+$(STAMP): pyproject.toml constraints.txt | $(PY)
+	$(PY) -m pip install --quiet --upgrade 'pip>=24'
 	$(PY) -m pip install --quiet torch==2.13.0
-	$(PY) -m pip install --quiet -e '.[all,dev]'
+	$(PY) -m pip install --quiet -c constraints.txt -e '.[all,dev]'
 	touch $(STAMP)
+
+# Rewrite constraints.txt from the installed venv (after a dependency change and a green suite).
+lock: install
+	@{ sed -n '/^#/p' constraints.txt; $(PY) -m pip freeze --exclude-editable | grep -iv '^aifab'; } \
+	  > constraints.txt.new && mv constraints.txt.new constraints.txt
 
 # Debian packages some tests drive: chromium (the dashboard's browser tests; Playwright's own
 # download does not work offline), prometheus (promtool, for the exported alert rules) and jq
