@@ -215,6 +215,12 @@ def search_command(
     emit(rows, False, ["score", "document", "position", "heading", "text"])
 
 
+def _note(facts: dict[str, Any]) -> None:
+    """Say on stderr what was changed to fit the model (stdout stays the answer)."""
+    if facts.get("note"):
+        sys.stderr.write(f"note: {facts['note']}\n")
+
+
 @app.command("ask")
 def ask_command(
     name: str = typer.Argument(..., help="Knowledge base name.", show_default=False),
@@ -246,6 +252,7 @@ def ask_command(
         for event in ask_stream(name, question, **opts):
             if event["type"] == "citations":
                 citations = event["citations"]
+                _note(event)
             elif event["type"] == "delta":
                 sys.stdout.write(event["text"])
                 sys.stdout.flush()
@@ -253,6 +260,7 @@ def ask_command(
         _cite(citations)
         return
     out = ask(name, question, **opts)
+    _note(out)
     if as_json:
         emit(out, True)
         return

@@ -60,6 +60,9 @@ class ChatModel(Protocol):
 
     name: str
 
+    def fit(self, max_tokens: int) -> tuple[int, str | None]:
+        """``max_tokens`` capped to what the model can give, and why when capped."""
+
     def complete(self, messages: list[dict[str, str]], *, max_tokens: int) -> ChatResult:
         """The whole answer."""
 
@@ -81,6 +84,21 @@ class DeploymentChat:
             raise InvalidInputError(f"chat model {deployment!r}: deployment of {ref} is not an LM")
         self.name = ref
         self.timeout_s = timeout_s
+
+    def fit(self, max_tokens: int) -> tuple[int, str | None]:
+        """Cap an answer at half the context, so the prompt keeps the other half.
+
+        Small local models have short contexts: a default made for large ones (256 tokens)
+        would leave no room for the sources and the question.
+        """
+        context = self.handler.max_context
+        room = max(1, context // 2)
+        if max_tokens <= room:
+            return max_tokens, None
+        return room, (
+            f"max_tokens {max_tokens} capped to {room}: {self.name} has a context of "
+            f"{context} tokens, and the prompt needs room too"
+        )
 
     def _request(self, messages: list[dict[str, str]], max_tokens: int) -> tuple[Any, bool]:
         from aifab.inference.generation import GenerationParams
@@ -156,6 +174,10 @@ class OpenAIChat:
         self.timeout_s = timeout_s
         #: Where the key came from, for messages: callers that pass their own say so.
         self.key_env = API_KEY_ENV
+
+    def fit(self, max_tokens: int) -> tuple[int, str | None]:
+        """Unchanged: the endpoint refuses a request too long for its model, naming why."""
+        return max_tokens, None
 
     def _post(
         self,

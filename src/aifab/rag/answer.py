@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from aifab.core.errors import InvalidInputError, NotFoundError
-from aifab.prompts import chat_model, create_prompt, get_prompt, render_prompt
+from aifab.prompts import ChatModel, chat_model, create_prompt, get_prompt, render_prompt
 from aifab.rag.search import search
 
 __all__ = ["DEFAULT_PROMPT", "ask", "ask_stream", "neutralise"]
@@ -140,6 +140,14 @@ def _prepare(
     return messages, citations, facts
 
 
+def _fit(model: ChatModel, max_tokens: int, facts: dict[str, Any]) -> int:
+    """``max_tokens`` as the model can take it; when capped, ``facts`` gain it and a note."""
+    fitted, note = model.fit(max_tokens)
+    if note:
+        facts.update(max_tokens=fitted, note=note)
+    return fitted
+
+
 def ask(
     name: str,
     question: str,
@@ -170,7 +178,9 @@ def ask(
 
     Returns:
         ``{"answer", "citations": [{n, document, position, score, ...}], "model", "prompt",
-        "kb", "kb_version", "timings_ms": {"retrieval", "generation"}, "usage"}``.
+        "kb", "kb_version", "timings_ms": {"retrieval", "generation"}, "usage"}``, plus
+        ``"max_tokens"`` and a ``"note"`` saying why when ``max_tokens`` was capped to fit a
+        local model's context (half of it).
 
     Raises:
         NotFoundError: unknown KB, prompt or deployment.
@@ -179,6 +189,7 @@ def ask(
     """
     messages, citations, facts = _prepare(name, question, prompt, k, mode, redact, filters)
     model = chat_model(chat, timeout_s=timeout_s)
+    max_tokens = _fit(model, max_tokens, facts)
     started = time.perf_counter()
     result = model.complete(messages, max_tokens=max_tokens)
     generation_ms = round((time.perf_counter() - started) * 1000, 2)
@@ -215,6 +226,7 @@ def ask_stream(
     """
     messages, citations, facts = _prepare(name, question, prompt, k, mode, redact, filters)
     model = chat_model(chat, timeout_s=timeout_s)
+    max_tokens = _fit(model, max_tokens, facts)
 
     def events() -> Iterator[dict[str, Any]]:
         yield {"type": "citations", "citations": citations, **facts}

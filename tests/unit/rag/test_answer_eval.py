@@ -278,9 +278,15 @@ def test_ask_through_the_tiny_lm_in_process(kb: dict[str, Any], tiny_lm: dict[st
     assert isinstance(out["answer"], str)
     assert out["model"] == "tiny-lm@1"
     assert out["citations"] and out["usage"]["completion_tokens"] <= 8
-    assert out["prompt_truncated"] is True  # a 64-token context cannot hold the sources
+    assert out["prompt_truncated"] is True  # a 256-token context cannot hold the sources
     pieces = list(ask_stream("notes", "How do I deploy?", chat="tiny-chat", max_tokens=4))
     assert pieces[0]["type"] == "citations" and pieces[-1]["type"] == "done"
+    # More than this model's whole context (256): capped to half of it, and said so.
+    out = ask("notes", "How do I deploy?", chat="tiny-chat", max_tokens=1000)
+    assert out["max_tokens"] == 128 and out["usage"]["completion_tokens"] <= 128
+    assert "capped to 128" in out["note"] and "256 tokens" in out["note"]
+    first = next(iter(ask_stream("notes", "How do I deploy?", chat="tiny-chat", max_tokens=999)))
+    assert first["max_tokens"] == 128 and "capped to 128" in first["note"]
 
 
 def test_cli_ask_and_prompt_eval(kb: dict[str, Any], standin: Any, cli, tmp_path: Path) -> None:
