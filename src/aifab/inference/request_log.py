@@ -21,6 +21,7 @@ from sqlalchemy import insert, select
 
 from aifab.core.db import session_scope
 from aifab.core.errors import InvalidInputError
+from aifab.inference.log_records import fit_records
 from aifab.inference.tables import RequestLogRow
 
 __all__ = ["RequestLogger", "recent_requests"]
@@ -30,7 +31,8 @@ log = logging.getLogger("aifab.inference.request_log")
 #: Entries waiting beyond this are dropped (and counted): a stalled DB must not eat the memory
 #: (an entry holds up to 100 records) nor make the request path wait.
 MAX_QUEUED = 10_000
-#: Inputs or outputs larger than this (as JSON) are replaced by a note of their size.
+#: Inputs or outputs larger than this (as JSON) are reduced (records that fit, images as
+#: thumbnails: :mod:`aifab.inference.log_records`) or else replaced by a note of their size.
 MAX_FIELD_BYTES = 64 * 1024
 _BATCH = 500
 
@@ -49,7 +51,9 @@ def _json_field(value: Any) -> dict[str, Any] | None:
 
     text = json.dumps(field, default=as_str)
     if len(text) > MAX_FIELD_BYTES:
-        return {"truncated": True, "bytes": len(text)}
+        # Records (images as thumbnails) that fit, so monitors still see this traffic.
+        fitted = fit_records(json.loads(text), MAX_FIELD_BYTES)
+        return fitted or {"truncated": True, "bytes": len(text)}
     if not coerced:  # plain JSON already: the column serializes it as this text
         return field
     loaded: dict[str, Any] = json.loads(text)

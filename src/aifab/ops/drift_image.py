@@ -5,6 +5,11 @@ numbers per image (width, height, brightness, contrast, colourfulness), which th
 tests like numerical columns as ``<column>.<stat>``, and a small embedding (the image shrunk
 to 8x8 grey, unit length) tested like an embedding column as ``<column>.pixels``. No model is
 loaded: the statistics see what changed in the pictures themselves.
+
+Brightness, contrast and colourfulness are computed on a thumbnail (longest side
+:data:`~aifab.inference.log_records.THUMB_SIDE`) of every image, because that is what the
+request log keeps of a large one: a logged thumbnail and its full-size original then give
+the same numbers, and width and height come from the original's recorded size.
 """
 
 from __future__ import annotations
@@ -16,6 +21,8 @@ from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
+
+from aifab.inference.log_records import THUMB_SIDE
 
 __all__ = ["STATS", "image_features"]
 
@@ -34,6 +41,17 @@ def _bytes(value: Any) -> bytes | None:
         except (binascii.Error, ValueError):
             return None
     return None
+
+
+def _image(value: Any) -> tuple[bytes | None, tuple[int, int] | None]:
+    """An image's bytes, and its real size when the value is a request log's thumbnail."""
+    if isinstance(value, dict) and "thumbnail" in value:
+        try:
+            size = (int(value["width"]), int(value["height"]))
+        except (KeyError, TypeError, ValueError):
+            return None, None
+        return _bytes(value["thumbnail"]), size
+    return _bytes(value), None
 
 
 def image_features(
@@ -56,14 +74,16 @@ def image_features(
     vecs: list[np.ndarray] = []
     bad = 0
     for value in present:
-        data = _bytes(value)
+        data, size = _image(value)
         try:
             if data is None:
                 raise ValueError("not image bytes")
             with Image.open(io.BytesIO(data)) as im:
-                width, height = im.size
-                rgb = np.asarray(im.convert("RGB"), dtype=np.float32) / 255.0
-                thumb = np.asarray(im.convert("L").resize((_THUMB, _THUMB)), dtype=np.float32)
+                width, height = size or im.size
+                small = im.convert("RGB")
+                small.thumbnail((THUMB_SIDE, THUMB_SIDE))
+                rgb = np.asarray(small, dtype=np.float32) / 255.0
+                thumb = np.asarray(small.convert("L").resize((_THUMB, _THUMB)), dtype=np.float32)
         except (OSError, ValueError):
             bad += 1
             continue

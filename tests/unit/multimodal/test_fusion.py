@@ -323,6 +323,76 @@ def test_served_over_http_predict_explain_and_embed(
         assert np.linalg.norm(vectors[1]) == pytest.approx(1.0, abs=1e-4)
 
 
+def _darker_photo(data: bytes, seed: int) -> str:
+    """The image darker, at 192x192 with sensor noise: a client's photo, ~100 KB in base64."""
+    import io
+
+    from PIL import Image, ImageEnhance
+
+    with Image.open(io.BytesIO(data)) as im:
+        dark = ImageEnhance.Brightness(im.convert("RGB")).enhance(0.4).resize((192, 192))
+    noise = np.random.default_rng(seed).integers(-8, 9, (192, 192, 3))
+    pixels = np.clip(np.asarray(dark, dtype=np.int16) + noise, 0, 255).astype(np.uint8)
+    buf = io.BytesIO()
+    Image.fromarray(pixels).save(buf, format="PNG")
+    return _b64(buf.getvalue())
+
+
+def test_monitor_watches_the_images_clients_send(
+    fused: dict[str, Any], parcels: list[dict[str, Any]], live_server: Any
+) -> None:
+    """Served image records reach the request log and a monitor's drift report sees them."""
+    import time
+
+    import httpx
+
+    from aifab.inference.deployments import create_deployment
+    from aifab.inference.request_log import MAX_FIELD_BYTES
+    from aifab.ops.monitors import create_monitor, run_monitor
+    from aifab.serve.keys import create_key
+
+    create_deployment("parcels-fused@1", name="parcels-watch", max_batch_size=64)
+    _, secret = create_key("client", name="mm-watch", rate=None)
+    server = live_server(reconcile_interval_s=0.2)
+    photos = [
+        {"image": _darker_photo(p["image"], i), "note": p["note"], "weight_kg": p["weight_kg"]}
+        for i, p in enumerate(parcels[:40])
+    ]
+    # Each image alone is larger than a request-log field may be: they must still be watched.
+    assert min(len(p["image"]) for p in photos) > MAX_FIELD_BYTES
+    with httpx.Client(base_url=server.url, timeout=60) as http:
+        http.headers["Authorization"] = f"Bearer {secret}"
+        deadline = time.monotonic() + 120
+        while True:
+            r = http.post("/v1/predict/parcels-watch", json={"records": photos[:8]})
+            if r.status_code != 503 or time.monotonic() > deadline:
+                break
+            time.sleep(0.2)
+        assert r.status_code == 200, r.text
+        for start in range(8, 40, 8):
+            r = http.post("/v1/predict/parcels-watch", json={"records": photos[start : start + 8]})
+            assert r.status_code == 200, r.text
+    create_monitor(
+        "parcels-watch",
+        {"deployment": "parcels-watch", "min_rows": 20, "features": ["image", "weight_kg"]},
+    )
+    deadline = time.monotonic() + 30
+    while True:  # the log is written off the request path
+        result = run_monitor("parcels-watch")
+        if result["status"] != "no_data" or time.monotonic() > deadline:
+            break
+        time.sleep(0.2)
+    assert result["values"]["rows"] >= 20, result["report"]
+    drift = result["report"]["drift"]
+    col = drift["columns"]["image"]
+    assert col["kind"] == "image" and col["n_cur"] >= 20 and col["unreadable"] == 0
+    assert col["drift"] and "image" in drift["drifted"] and "weight_kg" not in drift["drifted"]
+    # Darker, not just larger: the statistics of the thumbnails saw it.
+    assert any(col["tests"][f"brightness.{t}"]["drift"] for t in _tests_of(col, "brightness"))
+    # Width from the photo's recorded size (192), not the thumbnail's: the reference's is 32.
+    assert any(col["tests"][f"width.{t}"]["drift"] for t in _tests_of(col, "width"))
+
+
 def test_recall_counts_the_own_match_rank() -> None:
     import torch
 
