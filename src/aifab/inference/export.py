@@ -51,6 +51,20 @@ REPORT = "report.json"
 #: Largest difference from the handler's probabilities an export is expected to keep: float32
 #: graphs agree to rounding; int8 weights and activations move probabilities by a few points.
 TOLERANCE = {"onnx": 1e-5, "onnx-int8": 0.1, "triton": 1e-5}
+#: Float32 exports of models with attention: ONNX Runtime fuses attention and layer norms and
+#: sums in another order, which moves probabilities by a few 1e-5 (measured 3e-5 on the fusion
+#: example); 1e-4 is also what Hugging Face Optimum validates transformer exports with.
+ATTENTION_TOLERANCE = 1e-4
+_ATTENTION_BUILDERS = ("transformer-classifier", "fusion-classifier")
+
+
+def tolerance(fmt: str, builder: str) -> float:
+    """The largest probability difference an export of ``builder`` in ``fmt`` should keep."""
+    if fmt != "onnx-int8" and builder in _ATTENTION_BUILDERS:
+        return ATTENTION_TOLERANCE
+    return TOLERANCE[fmt]
+
+
 #: Exported files and directories: readable by a server running as another user.
 FILE_MODE, DIR_MODE = 0o644, 0o755
 
@@ -126,8 +140,8 @@ def export_model(
             "target": target,
             **_sizes(onnx_file, m.dir, m.sidecar),
             **checked,
-            "tolerance": TOLERANCE[fmt],
-            "within_tolerance": bool(checked["max_abs_diff"] <= TOLERANCE[fmt]),
+            "tolerance": tolerance(fmt, m.builder),
+            "within_tolerance": bool(checked["max_abs_diff"] <= tolerance(fmt, m.builder)),
             "test_rows": len(labels),
             "notes": notes,
         }

@@ -416,6 +416,17 @@ def test_onnx_backend_matches_torch(fused: dict[str, Any], parcels: list[dict[st
     assert np.allclose(onnx_h.forward(one), torch_h.forward(one), atol=1e-4)
 
 
+def test_onnx_export_report_holds_the_fusion_model_to_the_attention_tolerance(
+    fused: dict[str, Any], tmp_path: Path
+) -> None:
+    from aifab.inference.export import ATTENTION_TOLERANCE, export_model
+
+    report = export_model("parcels-fused@1", "onnx", out_dir=tmp_path / "x", repeats=1)
+    assert report["tolerance"] == ATTENTION_TOLERANCE
+    assert report["within_tolerance"], report["max_abs_diff"]
+    assert report["accuracy"]["delta"] == 0
+
+
 def test_model_card_shows_each_modality_source(fused: dict[str, Any], tmp_path: Path) -> None:
     from aifab.ops.card import build_card
 
