@@ -14,7 +14,7 @@ from aifab.ops.budget import budget_status, delete_budget, list_budgets, set_bud
 from aifab.ops.cost import collect, cost_report
 from aifab.ops.cost_prices import load_prices
 from aifab.ops.drift import DriftOptions, drift_report
-from aifab.ops.drift_view import drift_distribution
+from aifab.ops.drift.view import drift_distribution
 from aifab.ops.feedback import record_feedback
 from aifab.ops.monitors import (
     create_monitor,

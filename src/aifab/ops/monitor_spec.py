@@ -135,9 +135,9 @@ class MonitorSpec(StrictConfig):
     @model_validator(mode="after")
     def _known_tests(self) -> MonitorSpec:
         from aifab.ops.drift import KINDS
-        from aifab.ops.drift_embedding import EMBEDDING_TESTS
-        from aifab.ops.drift_tests import DRIFT_TESTS
-        from aifab.ops.drift_text import TEXT_TESTS
+        from aifab.ops.drift.embedding import EMBEDDING_TESTS
+        from aifab.ops.drift.stat_tests import DRIFT_TESTS
+        from aifab.ops.drift.text import TEXT_TESTS
 
         names = {*self.drift.tests, *self.drift.thresholds}
         for per in self.drift.feature_thresholds.values():

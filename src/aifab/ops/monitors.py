@@ -224,8 +224,8 @@ def _embed_columns(
 
     The reference's vectors are cached per process; the window's are computed each run.
     """
-    from aifab.ops.drift_embedding import embed_texts
-    from aifab.ops.drift_text import sample, texts
+    from aifab.ops.drift.embedding import embed_texts
+    from aifab.ops.drift.text import sample, texts
     from aifab.ops.reference import reference_embeddings
 
     notes: list[str] = []

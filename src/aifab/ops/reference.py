@@ -129,8 +129,8 @@ def reference_embeddings(ref: Reference, column: str, model: str, limit: int) ->
     Raises:
         InvalidInputError: the embedding model cannot load.
     """
-    from aifab.ops.drift_embedding import embed_texts
-    from aifab.ops.drift_text import sample, texts
+    from aifab.ops.drift.embedding import embed_texts
+    from aifab.ops.drift.text import sample, texts
 
     key = (ref.model, ref.dataset, column, model, str(limit))
     if key not in _EMBEDDINGS:

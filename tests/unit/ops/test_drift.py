@@ -144,7 +144,7 @@ def test_flags_agree_with_evidently_data_drift_preset() -> None:
 
 
 def test_parallel_columns_give_the_same_report(monkeypatch: pytest.MonkeyPatch) -> None:
-    import aifab.ops.drift as drift
+    import aifab.ops.drift.report as drift
 
     ref, cur = _frames(2000, seed=9)
     serial = drift_report(_arrow(ref), _arrow(cur))

@@ -10,7 +10,7 @@ import pytest
 
 from aifab.core.errors import InvalidInputError
 from aifab.ops.drift import DriftOptions, column_kind, drift_report
-from aifab.ops.drift_domain import fit_domain
+from aifab.ops.drift.domain import fit_domain
 
 CALM = str.split(
     "delivery fast price good quality box arrived package shipping courier order nice fits "

@@ -15,7 +15,7 @@ from sqlalchemy import select
 
 from aifab.core.db import session_scope
 from aifab.core.errors import InvalidInputError, NotFoundError
-from aifab.ops.drift import _floats, column_kind
+from aifab.ops.drift.report import _floats, column_kind
 from aifab.ops.monitor_spec import MonitorSpec
 from aifab.ops.reference import load_reference
 from aifab.ops.tables import MonitorResultRow, MonitorRow

@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from aifab.ops.drift_domain import DomainFit, fit_domain
+from aifab.ops.drift.domain import DomainFit, fit_domain
 
 __all__ = ["DESCRIPTORS", "TEXT_TESTS", "descriptors", "domain_classifier", "sample", "texts"]
 

@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from aifab.ops.drift_domain import fit_domain
+from aifab.ops.drift.domain import fit_domain
 
 __all__ = [
     "DISTANCES",

@@ -2,8 +2,8 @@
 
 Columns come as pyarrow arrays, numpy arrays or plain lists (a request-log window); the
 reference's type decides how a column is compared: numerical and categorical columns by the
-statistical tests, free text and embedding vectors by :mod:`aifab.ops.drift_text` and
-:mod:`aifab.ops.drift_embedding`. Missing values are counted, then dropped.
+statistical tests, free text and embedding vectors by :mod:`aifab.ops.drift.text` and
+:mod:`aifab.ops.drift.embedding`. Missing values are counted, then dropped.
 """
 
 from __future__ import annotations
@@ -22,10 +22,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from aifab.core.errors import InvalidInputError
-from aifab.ops.drift_domain import DEFAULT_AUC, P_VALUE
-from aifab.ops.drift_embedding import DISTANCES, EMBEDDING_TESTS
-from aifab.ops.drift_tests import DRIFT_TESTS, ColumnPair, Kind, auto_test
-from aifab.ops.drift_text import TEXT_TESTS
+from aifab.ops.drift.domain import DEFAULT_AUC, P_VALUE
+from aifab.ops.drift.embedding import DISTANCES, EMBEDDING_TESTS
+from aifab.ops.drift.stat_tests import DRIFT_TESTS, ColumnPair, Kind, auto_test
+from aifab.ops.drift.text import TEXT_TESTS
 
 __all__ = ["KINDS", "DriftOptions", "column_kind", "drift_report"]
 
@@ -262,7 +262,7 @@ def _skip(out: dict[str, Any]) -> dict[str, Any] | None:
 
 
 def _text_column(name: str, ref: Values, cur: Values, opts: DriftOptions) -> dict[str, Any]:
-    from aifab.ops import drift_text
+    from aifab.ops.drift import text as drift_text
 
     r, r_missing = drift_text.texts(ref)
     c, c_missing = drift_text.texts(cur)
@@ -294,7 +294,7 @@ def _text_column(name: str, ref: Values, cur: Values, opts: DriftOptions) -> dic
 
 
 def _embedding_column(name: str, ref: Values, cur: Values, opts: DriftOptions) -> dict[str, Any]:
-    from aifab.ops import drift_embedding as emb
+    from aifab.ops.drift import embedding as emb
 
     r, r_missing, dim = emb.vectors(ref)
     c, c_missing, _ = emb.vectors(cur, dim)
@@ -336,7 +336,7 @@ def _embedding_column(name: str, ref: Values, cur: Values, opts: DriftOptions) -
 
 def _image_column(name: str, ref: Values, cur: Values, opts: DriftOptions) -> dict[str, Any]:
     """Image statistics as numerical columns, the 8x8 pixel embedding as an embedding column."""
-    from aifab.ops.drift_image import image_features
+    from aifab.ops.drift.image import image_features
 
     ref_list = ref.to_pylist() if isinstance(ref, pa.Array | pa.ChunkedArray) else list(ref)
     cur_list = cur.to_pylist() if isinstance(cur, pa.Array | pa.ChunkedArray) else list(cur)

@@ -238,12 +238,12 @@ class Wasserstein(_Test):
 DRIFT_TESTS = Registry(
     "drift test",
     {
-        "psi": "aifab.ops.drift_tests:psi",
-        "ks": "aifab.ops.drift_tests:ks",
-        "chisquare": "aifab.ops.drift_tests:chisquare",
-        "z": "aifab.ops.drift_tests:z",
-        "jensenshannon": "aifab.ops.drift_tests:jensenshannon",
-        "wasserstein": "aifab.ops.drift_tests:wasserstein",
+        "psi": "aifab.ops.drift.stat_tests:psi",
+        "ks": "aifab.ops.drift.stat_tests:ks",
+        "chisquare": "aifab.ops.drift.stat_tests:chisquare",
+        "z": "aifab.ops.drift.stat_tests:z",
+        "jensenshannon": "aifab.ops.drift.stat_tests:jensenshannon",
+        "wasserstein": "aifab.ops.drift.stat_tests:wasserstein",
     },
 )
 
