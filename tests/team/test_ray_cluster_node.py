@@ -31,6 +31,7 @@ import yaml
 from aifab.core.db import reset_engines
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from ray_local import local_ray  # noqa: E402
 from serve_proc import aifab_serve  # noqa: E402
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -89,7 +90,7 @@ def _pipeline(tmp: Path) -> Path:
 def trained(
     pg_server: Any, s3_server: Any, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Trained]:
-    ray = pytest.importorskip("ray")
+    from aifab.jobs.launch import attempt_dir
     from aifab.jobs.service import get_job, submit
     from aifab.jobs.worker import run_until_final
     from aifab.pipeline.runner import run_pipeline
@@ -98,44 +99,27 @@ def trained(
     env = _shared_env(pg_server, s3_server)
     head, node_root, worker_dir = tmp / "head" / ".aifab", tmp / "ray-nodes", tmp / "worker-cwd"
     worker_dir.mkdir()
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("RAY_AUTH_MODE", "disabled")
-        for key in (*env, "AIFAB_HOME"):  # Ray's processes inherit nothing of the head's
-            mp.delenv(key, raising=False)
-        # The nodes get what a team gives them: the DB URL and the store's credentials.
-        node_settings = {k: v for k, v in env.items() if k != "AIFAB_TRACKING_URI"}
-        ray.init(
-            num_cpus=2,
-            object_store_memory=96 * 1024 * 1024,
-            include_dashboard=False,
-            log_to_driver=False,
-            namespace="aifab",
-            runtime_env={"working_dir": str(worker_dir), "env_vars": node_settings},
-        )
+    # The nodes get what a team gives them (the DB URL and the store's credentials) and start
+    # in an empty directory; Ray's processes inherit nothing of the head's workspace settings.
+    node_settings = {k: v for k, v in env.items() if k != "AIFAB_TRACKING_URI"}
+    cluster = local_ray(
+        "aifab", (*env, "AIFAB_HOME"), working_dir=str(worker_dir), env_vars=node_settings
+    )
+    with cluster, pytest.MonkeyPatch.context() as mp:
         head_env = {**env, "AIFAB_HOME": str(head), "AIFAB_RAY_NODE_HOME": str(node_root)}
         for key, value in head_env.items():
             mp.setenv(key, value)
         reset_engines()
-        try:
-            result = run_pipeline(_pipeline(tmp))
-            assert result.ok, [(s.name, s.error) for s in result.steps if s.error]
-            steps = {s.name: s.outputs for s in result.steps}
-            job = get_job(steps["train"]["details"]["job_id"])
-            probe = submit(
-                {
-                    "name": "cwd-probe",
-                    "executor": "ray",
-                    "run": {"command": [sys.executable, "-c", _LIST_CWD]},
-                }
-            )
-            assert run_until_final(probe["id"], "ray")["state"] == "succeeded"
-            from aifab.jobs.launch import attempt_dir
-
-            log = (attempt_dir(probe["id"], 1) / "replica-0.log").read_text()
-            listing = json.loads(log.strip().splitlines()[-1])
-        finally:
-            ray.shutdown()
-        yield Trained(env, head, node_root, worker_dir, job, steps, listing)
+        result = run_pipeline(_pipeline(tmp))
+        assert result.ok, [(s.name, s.error) for s in result.steps if s.error]
+        steps = {s.name: s.outputs for s in result.steps}
+        job = get_job(steps["train"]["details"]["job_id"])
+        command = [sys.executable, "-c", _LIST_CWD]
+        probe = submit({"name": "cwd-probe", "executor": "ray", "run": {"command": command}})
+        assert run_until_final(probe["id"], "ray")["state"] == "succeeded"
+        log = (attempt_dir(probe["id"], 1) / "replica-0.log").read_text()
+        listing = json.loads(log.strip().splitlines()[-1])
+    yield Trained(env, head, node_root, worker_dir, job, steps, listing)
     reset_engines()
 
 
