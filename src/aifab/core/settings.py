@@ -26,6 +26,12 @@ class Settings(BaseSettings):
         description="Where every byte outside the metadata DB lives (lake, artifacts, indexes, "
         "exports, logs): s3://bucket/prefix (also gs://, az://); default the workspace directory.",
     )
+    ray_node_home: str = Field(
+        "/tmp/aifab-ray",
+        description="With a storage URI, the directory on each Ray node under which a job's "
+        "replicas keep their node-local workspace (one subdirectory per job; the store holds "
+        "the rest).",
+    )
     actor: str | None = Field(None, description="Who is acting, for the audit log (CLI).")
     duckdb_memory_limit: str | None = Field(
         None, description="Memory cap for DuckDB queries, e.g. 2GB (default: DuckDB's, 80% of RAM)."

@@ -35,7 +35,15 @@ from aifab.core.settings import Settings, get_settings
 if TYPE_CHECKING:
     from fsspec import AbstractFileSystem
 
-__all__ = ["Store", "get_store", "local_dir", "local_file", "mirror_dir", "mirror_file"]
+__all__ = [
+    "Store",
+    "get_store",
+    "local_dir",
+    "local_file",
+    "mirror_dir",
+    "mirror_file",
+    "store_at",
+]
 
 #: Written last by :func:`mirror_dir`: a directory without it on the store is incomplete.
 COMPLETE = ".aifab-complete"
@@ -245,7 +253,15 @@ _stores: dict[str, Store] = {}
 def get_store(settings: Settings | None = None) -> Store:
     """The store of the current settings: ``AIFAB_STORAGE_URI``, else the workspace directory."""
     settings = settings or get_settings()
-    uri = settings.storage_uri or str(settings.resolved_home)
+    return store_at(settings.storage_uri or str(settings.resolved_home))
+
+
+def store_at(uri: str) -> Store:
+    """The store at ``uri``, made once per process.
+
+    For code handed a URI instead of settings: a Ray worker on another node reads the store
+    its driver names, with the credentials of its own environment.
+    """
     store = _stores.get(uri)
     if store is None:
         store = _stores[uri] = Store(uri)

@@ -92,21 +92,43 @@ def model_inputs(pre: dict[str, Any], datasets: list[dict[str, Any]]) -> list[di
     return out
 
 
-def _exports(name: str, version: int, tags: dict[str, str]) -> list[dict[str, Any]]:
+def _exports(
+    name: str, version: int, run_id: str | None, tags: dict[str, str]
+) -> list[dict[str, Any]]:
     out = []
     for tag, uri in sorted(tags.items()):
         fmt = tag.removeprefix("aifab.export.")
         if not tag.startswith("aifab.export.") or fmt == _CARD_FORMAT:
             continue
         entry: dict[str, Any] = {"format": fmt, "uri": uri}
-        report = get_workspace().exports / name / f"v{version}" / fmt / "report.json"
-        if report.is_file():
-            r = json.loads(report.read_text())
+        r = _export_report(get_workspace().exports / name / f"v{version}" / fmt, run_id, fmt)
+        if r is not None:
             entry.update(
                 {k: r.get(k) for k in ("size_ratio", "speedup", "accuracy", "max_abs_diff")}
             )
         out.append(entry)
     return out
+
+
+def _export_report(local: Path, run_id: str | None, fmt: str) -> dict[str, Any] | None:
+    """An export's report: this machine's copy, else the one attached to the version's run.
+
+    Another node has no local exports directory; the run's artifacts (on the object store in
+    team mode) are reachable from every machine.
+    """
+    from aifab.core.errors import InvalidInputError
+    from aifab.track.runs import read_artifact
+
+    if (local / "report.json").is_file():
+        report: dict[str, Any] = json.loads((local / "report.json").read_text())
+        return report
+    if not run_id:
+        return None
+    try:
+        attached = json.loads(read_artifact(run_id, f"exports/{fmt}/report.json"))
+    except (NotFoundError, InvalidInputError, ValueError):
+        return None
+    return attached if isinstance(attached, dict) else None
 
 
 def _section(notes: list[str], what: str, fn: Any, *args: Any, **kwargs: Any) -> Any:
@@ -157,7 +179,7 @@ def gather(ref: str, owner: CardOwnerFields, *, explain: bool = True) -> dict[st
         "metrics": meta.get("metrics") or {},
         "fairness": fairness,
         "explanation": _section(notes, "explanation", global_explanation, key) if explain else None,
-        "exports": _exports(mv["name"], int(mv["version"]), mv.get("tags") or {}),
+        "exports": _exports(mv["name"], int(mv["version"]), mv.get("run_id"), mv.get("tags") or {}),
         "notes": notes,
     }
 

@@ -28,6 +28,22 @@ def test_read_tasks_number_rows_across_files_and_row_groups(tmp_path: Path) -> N
     assert values == list(range(10)) + list(range(7))
 
 
+def test_read_tasks_read_objects_on_a_store_by_key(tmp_path: Path, s3_storage: str) -> None:
+    """Tasks over a store (moto's S3 stand-in) name the store and the key, not a local file."""
+    from aifab.core.storage import get_store
+
+    store = get_store()
+    local = tmp_path / "t.parquet"
+    pq.write_table(pa.table({"v": list(range(10))}), local, row_group_size=4)
+    store.put_file(local, "lake/objects/t.parquet")
+    local.unlink()
+    tasks = blocks.read_tasks([store.path("lake/objects/t.parquet")], 3, store.uri)
+    assert {t["store"] for t in tasks} == {s3_storage}
+    assert [t["length"] for t in tasks] == [3, 1, 3, 1, 2]
+    values = [v for t in tasks for v in blocks.read_block(t, None)["v"].to_pylist()]
+    assert values == list(range(10))
+
+
 def test_block_sql_cannot_reach_files(tmp_path: Path) -> None:
     secret = tmp_path / "secret.csv"
     secret.write_text("a\n1\n")

@@ -217,3 +217,16 @@ def test_broadcast_coalitions_equal_the_per_background_row_path(
         assert [c["contribution"] for c in a["contributions"]] == [
             c["contribution"] for c in b["contributions"]
         ]
+
+
+def test_a_card_built_on_another_node_has_the_export_figures(model: Any, workspace: Path) -> None:
+    """The export's report is read from the version's run (on the store in team mode) when this
+    machine has no exports directory: the card used to list the export without its figures."""
+    import shutil
+
+    from aifab.inference.export import export_model
+
+    report = export_model(model.ref, "onnx", batch_size=4, repeats=2)
+    shutil.rmtree(workspace / "exports")  # another node: only the registry and the store
+    (entry,) = [x for x in build_card(model.ref)["card"]["exports"] if x["format"] == "onnx"]
+    assert entry["size_ratio"] == report["size_ratio"] and entry["accuracy"] == report["accuracy"]

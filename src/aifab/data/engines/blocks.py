@@ -7,7 +7,8 @@ sandboxed in-memory DuckDB connection that can read nothing but the block it is 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -72,12 +73,28 @@ def describe(schema: pa.Schema, sql: str, udfs: Sequence[str] = ()) -> dict[str,
     return {name: col_type for name, col_type, *_ in rows}
 
 
+@contextmanager
+def open_object(path: str, store: str | None) -> Iterator[Any]:
+    """A lake object for pyarrow: ``path`` on this machine, or on the store at URI ``store``.
+
+    On a store only the byte ranges pyarrow asks for are read (the footer, one row group).
+    """
+    if store is None:
+        yield path
+        return
+    from aifab.core.storage import store_at
+
+    with store_at(store).fs.open(path, "rb") as fh:
+        yield fh
+
+
 def read_block(task: dict[str, Any], rn: str | None) -> pa.Table:
-    """The rows of one read task (see :func:`read_tasks`).
+    """The rows of one read task (see :func:`read_tasks`), read where the task says.
 
     With ``rn``, each row's 1-based position in the version is added as that column.
     """
-    table = pq.ParquetFile(task["path"]).read_row_group(task["index"])
+    with open_object(task["path"], task.get("store")) as src:
+        table = pq.ParquetFile(src).read_row_group(task["index"])
     table = table.slice(task["start"], task["length"])
     if rn is not None:
         first = task["offset"] + 1
@@ -86,22 +103,26 @@ def read_block(task: dict[str, Any], rn: str | None) -> pa.Table:
     return table
 
 
-def read_tasks(files: Sequence[Path], block_rows: int) -> list[dict[str, Any]]:
+def read_tasks(
+    files: Sequence[str | Path], block_rows: int, store: str | None = None
+) -> list[dict[str, Any]]:
     """One read task per block of at most ``block_rows`` rows of ``files``.
 
     In version order, never across row groups, each with the number of rows before it.
+    ``files`` are paths on ``store`` (a storage URI) when one is given, else on this machine;
+    each task names both, so the worker that runs it reads its rows from where they are.
     """
     tasks: list[dict[str, Any]] = []
     offset = 0
-    for f in files:
-        meta = pq.read_metadata(f)
+    for f in map(str, files):
+        with open_object(f, store) as src:
+            meta = pq.read_metadata(src)
         for i in range(meta.num_row_groups):
             rows = meta.row_group(i).num_rows
             for start in range(0, rows, block_rows):
                 length = min(block_rows, rows - start)
-                tasks.append(
-                    {"path": str(f), "index": i, "start": start, "length": length, "offset": offset}
-                )
+                task = {"path": f, "index": i, "start": start, "length": length}
+                tasks.append({**task, "offset": offset, "store": store})
                 offset += length
     return tasks
 

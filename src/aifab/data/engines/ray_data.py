@@ -16,6 +16,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from aifab.core.storage import get_store
 from aifab.data import lake
 from aifab.data.catalog import CommitResult, VersionInfo, commit_staged
 from aifab.data.engines import blocks
@@ -59,16 +60,25 @@ def read_version(source: VersionInfo, rn: str | None) -> tuple[Any, pa.Schema]:
     """A Ray dataset of ``source``'s rows, one block per Parquet row group, in order.
 
     Each worker reads its row group itself (only the task list passes through the driver), so
-    the table never has to fit in the object store. With ``rn`` each row carries its 1-based
+    the table never has to fit in the object store. With an object store the tasks name the
+    objects' keys on it and the workers read them from the store (with their own environment's
+    credentials); the driver reads only footers. With ``rn`` each row carries its 1-based
     position in the version under that name (the DuckDB engine's ``row_number()``).
 
     Returns:
         The dataset and its Arrow schema.
     """
     ray = ray_session()
-    files = [lake.object_path(k) for k in source.objects]
-    tasks = blocks.read_tasks(files, BLOCK_ROWS)
-    schema = pq.read_schema(files[0]).remove_metadata() if files else pa.schema([])
+    store = get_store()
+    if store.is_local:
+        files, uri = [str(lake.object_path(k)) for k in source.objects], None
+    else:
+        files, uri = [store.path(f"lake/{k}") for k in source.objects], store.uri
+    tasks = blocks.read_tasks(files, BLOCK_ROWS, uri)
+    schema = pa.schema([])
+    if files:
+        with blocks.open_object(files[0], uri) as first:
+            schema = pq.read_schema(first).remove_metadata()
     if rn is not None:
         schema = schema.append(pa.field(rn, pa.int64()))
     if not tasks:

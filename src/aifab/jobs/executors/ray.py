@@ -31,8 +31,6 @@ from aifab.jobs.resources import Resources
 log = logging.getLogger(__name__)
 
 NAMESPACE = "aifab"
-#: With an object store, a replica's local workspace on its node (the store holds the rest).
-RAY_NODE_HOME = "/tmp/aifab-ray"
 #: Seconds to wait for Ray to reserve an attempt's placement group before the launch fails.
 READY_TIMEOUT_S = 60.0
 #: Seconds the other replicas of a failed gang get after SIGTERM before SIGKILL.
@@ -172,6 +170,8 @@ class RayExecutor:
         nodes = [rl.node for rl in reps]
         strategy = "STRICT_SPREAD" if len(set(nodes)) == len(nodes) > 1 else "PACK"
         tag = f"aifab-{launch.job_id}-{launch.attempt}"
+        settings = get_settings()
+        node_root = settings.ray_node_home.rstrip("/")
         pg = placement_group([self._bundle(r, n) for n in nodes], strategy=strategy, name=tag)
         actors: list[Any] = []
         try:
@@ -190,8 +190,8 @@ class RayExecutor:
                 [
                     a.start.remote(
                         launch.argv,
-                        {**node_env(rl.env, f"{RAY_NODE_HOME}/{launch.job_id}"), **rendezvous},
-                        None if get_settings().storage_uri else launch.workdir,
+                        {**node_env(rl.env, f"{node_root}/{launch.job_id}"), **rendezvous},
+                        None if settings.storage_uri else launch.workdir,
                         str(rl.log_path),
                     )
                     for a, rl in zip(actors, reps, strict=True)
