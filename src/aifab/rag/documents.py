@@ -34,11 +34,15 @@ _CONTROL = re.compile(r"[\x00-\x08\x0e-\x1f\x7f]")
 
 @dataclass(frozen=True)
 class Document:
-    """One document's text, its stable id and metadata (source, type, dataset columns)."""
+    """One document's text, its stable id and metadata (source, type, dataset columns).
+
+    An image document has its PNG thumbnail in ``image`` and its caption (maybe "") as text.
+    """
 
     id: str
     text: str
     metadata: dict[str, Any] = field(default_factory=dict)
+    image: bytes | None = None
 
 
 @dataclass
@@ -136,29 +140,43 @@ def _files(root: Path) -> Iterator[Path]:
 def load_path(path: str | Path) -> Loaded:
     """Every document in a file or folder (hidden files skipped); failures quarantined.
 
+    Image files (png, jpg, ...) become image documents, captioned by the folder's
+    ``captions.csv`` or ``captions.jsonl`` when it has one.
+
     Raises:
         NotFoundError: ``path`` does not exist.
+        InvalidInputError: a malformed caption file (line named).
     """
     from aifab.core.ids import file_digest
+    from aifab.rag.images import IMAGE_EXTENSIONS, image_document, read_captions
 
     root = Path(path).expanduser()
     if not root.exists():
         raise NotFoundError(f"{path}: no such file or folder")
     out = Loaded()
     base = root.parent if root.is_file() else root
+    captions, caption_file = read_captions(root) if root.is_dir() else ({}, None)
     for file in _files(root):
         doc_id = file.relative_to(base).as_posix()
+        if doc_id == caption_file:
+            continue
         try:
             size = file.stat().st_size
             if size > MAX_DOCUMENT_BYTES:
                 raise ValueError(f"{size} bytes is over the limit of {MAX_DOCUMENT_BYTES}")
-            text = parse_bytes(file.read_bytes(), file.suffix)
+            if file.suffix.lower() in IMAGE_EXTENSIONS:
+                doc = image_document(file.read_bytes(), doc_id, captions.pop(doc_id, ""), doc_id)
+            else:
+                text = parse_bytes(file.read_bytes(), file.suffix)
+                doc = Document(doc_id, text, {"source": doc_id, "type": file.suffix.lower()[1:]})
         except (ValueError, OSError) as exc:
             out.quarantine.append({"document": doc_id, "reason": str(exc)})
             continue
-        meta = {"source": doc_id, "type": file.suffix.lower().lstrip(".")}
-        out.documents.append(Document(doc_id, text, meta))
+        out.documents.append(doc)
         out.sources.append({"kind": "file", "ref": doc_id, "digest": file_digest(file)})
+    for name in captions:  # a caption whose image is not there is reported, not dropped
+        reason = f"{caption_file} captions {name!r}, which is not an image in the folder"
+        out.quarantine.append({"document": name, "reason": reason})
     return out
 
 
@@ -197,7 +215,10 @@ def load_dataset(ref: str, text_column: str, id_column: str | None = None) -> Lo
 
 
 def load_texts(items: Sequence[Mapping[str, Any]]) -> Loaded:
-    """Documents given inline (``[{"id", "text", "metadata"?}]``, as over HTTP).
+    """Documents given inline (``[{"id", "text", "image"?, "metadata"?}]``, as over HTTP).
+
+    An item with an ``image`` (base64 or a ``data:image`` URL) is an image document whose
+    ``text`` is its caption; an unreadable image is quarantined with the reason.
 
     Raises:
         InvalidInputError: an item without a string id or text (named by index), or an id
@@ -208,7 +229,7 @@ def load_texts(items: Sequence[Mapping[str, Any]]) -> Loaded:
     out = Loaded()
     seen: set[str] = set()
     for i, item in enumerate(items):
-        doc_id, text = item.get("id"), item.get("text")
+        doc_id, text = item.get("id"), item.get("text", "" if item.get("image") else None)
         meta = item.get("metadata") or {}
         if not isinstance(doc_id, str) or not doc_id.strip():
             raise InvalidInputError(f"documents[{i}].id: must be a non-empty string")
@@ -219,11 +240,38 @@ def load_texts(items: Sequence[Mapping[str, Any]]) -> Loaded:
         if doc_id in seen:
             raise InvalidInputError(f"documents[{i}].id: {doc_id!r} is given twice")
         seen.add(doc_id)
+        clean = {str(k): v for k, v in meta.items() if isinstance(v, str | int | float | bool)}
+        if item.get("image"):
+            doc = _inline_image(out, doc_id, item["image"], text)
+            if doc is not None:
+                out.documents.append(
+                    Document(doc.id, doc.text, {**clean, **doc.metadata}, doc.image)
+                )
+                out.sources.append(
+                    {"kind": "upload", "ref": doc_id, "digest": digest(item["image"])}
+                )
+            continue
         if not text.strip() or _CONTROL.search(text[:65536]):
             reason = "empty document (no text)" if not text.strip() else "control characters"
             out.quarantine.append({"document": doc_id, "reason": reason})
             continue
-        clean = {str(k): v for k, v in meta.items() if isinstance(v, str | int | float | bool)}
         out.documents.append(Document(doc_id, text, {**clean, "source": "upload"}))
         out.sources.append({"kind": "upload", "ref": doc_id, "digest": digest(text)})
     return out
+
+
+def _inline_image(out: Loaded, doc_id: str, value: Any, caption: str) -> Document | None:
+    """An inline image document, or None with the reason quarantined."""
+    from aifab.rag.images import MAX_FILE_PIXELS, image_document, query_image
+
+    if not isinstance(value, str):
+        out.quarantine.append({"document": doc_id, "reason": "image: must be a base64 string"})
+        return None
+    try:  # checked and made a thumbnail as an image query is; the body cap bounds its size
+        png = query_image(value, max_bytes=MAX_DOCUMENT_BYTES, max_pixels=MAX_FILE_PIXELS)
+        doc: Document = image_document(png, doc_id, caption, "upload")
+    except (InvalidInputError, ValueError) as exc:
+        reason = exc.message if isinstance(exc, InvalidInputError) else str(exc)
+        out.quarantine.append({"document": doc_id, "reason": reason})
+        return None
+    return doc

@@ -34,7 +34,10 @@ class InlineDocument(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     id: str = Field(..., min_length=1, max_length=500)
-    text: str
+    text: str = Field("", description="The text; an image document's caption (may be empty).")
+    image: str | None = Field(
+        None, description="An image document: base64 or a data:image URL (a dual-encoder KB)."
+    )
     metadata: dict[str, str | int | float | bool] = Field(default_factory=dict, max_length=50)
 
 
@@ -72,7 +75,13 @@ class SearchBody(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    query: str = Field(..., min_length=1, max_length=4096)
+    query: str = Field("", max_length=4096, description="A text (or give image or like).")
+    image: str | None = Field(
+        None,
+        description="An image query: base64 or a data:image URL, capped at max_image_bytes "
+        "before it is decoded and max_image_pixels before its pixels are.",
+    )
+    like: str | None = Field(None, max_length=500, description="A document id to match.")
     k: int = Field(5, ge=1, le=100)
     mode: str = Field("hybrid", pattern="^(dense|bm25|hybrid)$")
     filters: dict[str, str | int | float | bool] | None = Field(None, max_length=20)
@@ -198,9 +207,16 @@ async def delete(name: str, principal: Principal = Depends(require("deploy"))) -
 async def search(
     name: str, body: SearchBody, principal: Principal = Depends(require("invoke", "read"))
 ) -> dict:
-    """Search by meaning, keywords or both; ``results`` is empty when nothing matched."""
+    """Search by meaning, keywords or both, or by an image; empty ``results``: no match."""
     return await principal.call(
-        rag.search, name, body.query, k=body.k, mode=body.mode, filters=body.filters
+        rag.search,
+        name,
+        body.query,
+        k=body.k,
+        mode=body.mode,
+        filters=body.filters,
+        image=body.image,
+        like=body.like,
     )
 
 
