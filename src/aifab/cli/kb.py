@@ -257,11 +257,13 @@ def search_command(
     if not out["results"]:
         sys.stdout.write("no results\n")
         return
-    emit(
-        [_shown(h) for h in out["results"]],
-        False,
-        ["score", "document", "position", "heading", "text"],
+    images = all(h.get("image") for h in out["results"])  # no positions or headings to show
+    columns = (
+        ["score", "document", "text"]
+        if images
+        else ["score", "document", "position", "heading", "text"]
     )
+    emit([_shown(h) for h in out["results"]], False, columns)
 
 
 @app.command("ask")

@@ -1,8 +1,9 @@
 """Image documents of a knowledge base: files (with optional captions) and image queries.
 
 An image is checked (bytes, then pixels from the header, then a full decode) and kept as a
-small PNG thumbnail: that is what the KB stores, what a dual encoder embeds and what search
-results show. A caption, when given, is the document's text (BM25 finds it; it is shown).
+small PNG thumbnail (``aifab.data.thumbnails``): that is what the KB stores, what a dual
+encoder embeds and what search results show. A caption, when given, is the document's text
+(BM25 finds it; it is shown).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from typing import Any
 
 from aifab.core.errors import InvalidInputError
 from aifab.data.sources.folders import IMAGE_EXTENSIONS
+from aifab.data.thumbnails import MAX_SOURCE_PIXELS, THUMBNAIL_PX, make_thumbnail
 from aifab.inference.multimodal import MAX_IMAGE_BYTES, MAX_IMAGE_PIXELS
 
 __all__ = [
@@ -31,10 +33,8 @@ __all__ = [
     "thumbnail",
 ]
 
-#: Longest side of the stored thumbnail (what gets embedded and shown).
-THUMBNAIL_PX = 128
-#: Largest width x height of an image file a KB reads (Pillow's own bomb limit is ~89M).
-MAX_FILE_PIXELS = 40_000_000
+#: Largest width x height of an image file a KB reads.
+MAX_FILE_PIXELS = MAX_SOURCE_PIXELS
 #: A folder's captions: ``file,caption`` (CSV with a header) or ``{"file", "caption"}`` lines.
 CAPTION_FILES = ("captions.csv", "captions.jsonl")
 
@@ -42,32 +42,10 @@ CAPTION_FILES = ("captions.csv", "captions.jsonl")
 def thumbnail(data: bytes, *, max_pixels: int = MAX_FILE_PIXELS) -> tuple[bytes, dict[str, Any]]:
     """A checked image -> ``(PNG thumbnail bytes, {width, height, format, mode})``.
 
-    The pixel count is read from the header before anything is decoded.
-
     Raises:
-        ValueError: not an image, truncated or corrupt, or over ``max_pixels`` (the message
-            names the cap).
+        ValueError: not an image, truncated or corrupt, or over ``max_pixels`` (named).
     """
-    from PIL import Image
-
-    try:
-        with Image.open(io.BytesIO(data)) as im:
-            width, height = im.size
-            if width * height > max_pixels:
-                raise ValueError(
-                    f"image of {width}x{height} pixels is over max_image_pixels ({max_pixels})"
-                )
-            info = {"width": width, "height": height, "format": im.format, "mode": im.mode}
-            im.load()  # a truncated file fails here, not later
-            small = im.convert("RGB")
-    except ValueError:
-        raise
-    except (OSError, SyntaxError, Image.DecompressionBombError) as exc:
-        raise ValueError(f"not a readable image ({exc})") from None
-    small.thumbnail((THUMBNAIL_PX, THUMBNAIL_PX))
-    buf = io.BytesIO()
-    small.save(buf, format="PNG", optimize=True)
-    return buf.getvalue(), info
+    return make_thumbnail(data, max_pixels=max_pixels, size=THUMBNAIL_PX)
 
 
 def image_url(png: bytes) -> str:
