@@ -67,6 +67,9 @@ def create_command(
     source: str = typer.Option(..., "--from", help=_FROM_HELP),
     text_column: str | None = typer.Option(None, "--text-column", help="Dataset text column."),
     id_column: str | None = typer.Option(None, "--id-column", help="Dataset document ids."),
+    image_column: str | None = typer.Option(
+        None, "--image-column", help="Dataset column of image bytes (one image per row)."
+    ),
     embedder: str | None = typer.Option(
         None, "--embedder", help="Embedding model (for images: a dual encoder NAME@VERSION)."
     ),
@@ -87,6 +90,7 @@ def create_command(
         id_column=id_column,
         config=config,
         progress=_progress(),
+        image_column=image_column,
     )
     _built(kb, as_json)
 
@@ -97,13 +101,21 @@ def add_command(
     source: str = typer.Option(..., "--from", help=_FROM_HELP),
     text_column: str | None = typer.Option(None, "--text-column", help="Dataset text column."),
     id_column: str | None = typer.Option(None, "--id-column", help="Dataset document ids."),
+    image_column: str | None = typer.Option(
+        None, "--image-column", help="Dataset column of image bytes (one image per row)."
+    ),
     as_json: bool = typer.Option(False, "--json", help=JSON_HELP),
 ) -> None:
     """Add (or replace) documents: a new version, embedding only what is new."""
     from aifab.rag import add_documents
 
     kb = add_documents(
-        name, source, text_column=text_column, id_column=id_column, progress=_progress()
+        name,
+        source,
+        text_column=text_column,
+        id_column=id_column,
+        progress=_progress(),
+        image_column=image_column,
     )
     _built(kb, as_json)
 

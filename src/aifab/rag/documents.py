@@ -180,38 +180,74 @@ def load_path(path: str | Path) -> Loaded:
     return out
 
 
-def load_dataset(ref: str, text_column: str, id_column: str | None = None) -> Loaded:
+def load_dataset(
+    ref: str,
+    text_column: str | None,
+    id_column: str | None = None,
+    image_column: str | None = None,
+) -> Loaded:
     """Documents from a text column of a dataset version; other scalar columns are metadata.
+
+    With ``image_column`` (a column of image bytes), each row is an image document captioned
+    by ``text_column`` when given; a row whose image is unreadable is quarantined.
 
     Raises:
         NotFoundError: unknown dataset.
-        InvalidInputError: a missing column (named).
+        InvalidInputError: a missing column (named), neither column given, or an image
+            column that does not hold bytes.
     """
     from aifab.data import head, resolve
 
     version = resolve(ref)
-    for column in (text_column, id_column):
+    if text_column is None and image_column is None:
+        raise InvalidInputError("a dataset source needs --text-column or --image-column")
+    for column in (text_column, id_column, image_column):
         if column is not None and column not in version.columns:
             raise InvalidInputError(
                 f"dataset {version.ref}: no column {column!r} "
                 f"(columns: {', '.join(version.columns)})"
             )
+    types = {c["name"]: str(c["type"]).upper() for c in version.schema}
+    if image_column is not None and types[image_column] != "BLOB":
+        raise InvalidInputError(
+            f"dataset {version.ref}: column {image_column!r} holds {types[image_column]}, not "
+            "image bytes (build the knowledge base from the image folder instead)"
+        )
     out = Loaded(sources=[{"kind": "dataset", "ref": version.ref, "digest": version.content_hash}])
     for i, row in enumerate(head(version.ref, version.num_rows).to_pylist()):
         key = row.get(id_column) if id_column else i
         doc_id = f"{version.dataset}:{key}"
-        text = row.get(text_column)
-        if not isinstance(text, str) or not text.strip():
-            out.quarantine.append({"document": doc_id, "reason": "empty document (no text)"})
-            continue
+        text = row.get(text_column) if text_column else ""
         meta: dict[str, Any] = {
             k: v
             for k, v in row.items()
             if k != text_column and isinstance(v, str | int | float | bool)
         }
         meta.update({"source": version.ref, "row": i})
+        if image_column is not None:
+            _dataset_image(out, doc_id, row.get(image_column), text, meta, version.ref)
+            continue
+        if not isinstance(text, str) or not text.strip():
+            out.quarantine.append({"document": doc_id, "reason": "empty document (no text)"})
+            continue
         out.documents.append(Document(doc_id, text, meta))
     return out
+
+
+def _dataset_image(
+    out: Loaded, doc_id: str, value: Any, caption: Any, meta: dict[str, Any], ref: str
+) -> None:
+    """A dataset row's image document, or its quarantine entry."""
+    from aifab.rag.images import image_document
+
+    try:
+        if not isinstance(value, bytes | bytearray):
+            raise ValueError("empty (no image)")
+        doc: Document = image_document(bytes(value), doc_id, str(caption or ""), ref)
+    except ValueError as exc:
+        out.quarantine.append({"document": doc_id, "reason": str(exc)})
+        return
+    out.documents.append(Document(doc.id, doc.text, {**meta, **doc.metadata}, doc.image))
 
 
 def load_texts(items: Sequence[Mapping[str, Any]]) -> Loaded:

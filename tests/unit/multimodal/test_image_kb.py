@@ -135,6 +135,24 @@ def test_bad_image_queries_are_refused_naming_why(
         search("pics", **kwargs)
 
 
+def test_a_dataset_column_of_image_bytes_is_a_source(stickers: dict[str, list[Any]]) -> None:
+    from aifab.rag import create_kb, search
+
+    kb = create_kb(
+        "lake-pics",
+        "parcels",
+        image_column="image",
+        text_column="caption",
+        config={"embedder": "parcels-clip@1"},
+    )
+    assert kb["counts"]["documents"] == ROWS and kb["quarantine"] == []
+    hit = search("lake-pics", image=stickers["image"][7], k=1)["results"][0]
+    assert hit["document"] == "parcels:7" and hit["text"] == stickers["caption"][7]
+    assert hit["metadata"]["route"] == stickers["route"][7]  # the row's fields ride along
+    with pytest.raises(InvalidInputError, match="holds VARCHAR, not image bytes"):
+        create_kb("nope", "parcels", image_column="caption")
+
+
 def test_a_text_only_embedder_refuses_image_documents(folder: Path, tmp_path: Path) -> None:
     from aifab.rag import create_kb
 
@@ -187,6 +205,12 @@ def test_http_and_dashboard_search_images(
         assert r.status_code == 200, r.text
         assert r.json()["counts"]["documents"] == 25
         assert [q["document"] for q in r.json()["quarantine"]] == ["bad"]
+        body = {"name": "lake", "source": "parcels", "image_column": "image"}
+        r = http.post(
+            "/v1/kb", json={**body, "config": {"embedder": "parcels-clip@1"}}, headers=auth
+        )
+        assert r.status_code == 201, r.text
+        assert r.json()["counts"]["documents"] == ROWS
         r = http.post("/ui/login", data={"key": secret, "next": "/ui"})
         assert r.status_code in (200, 303), r.text
         r = http.get("/ui/kb/pics", params={"q": caption, "mode": "dense"})

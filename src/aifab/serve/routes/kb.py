@@ -50,6 +50,9 @@ class KBCreate(BaseModel):
     source: str | None = Field(None, description="Dataset NAME[@V] (with text_column).")
     text_column: str | None = Field(None, description="Dataset text column.")
     id_column: str | None = None
+    image_column: str | None = Field(
+        None, description="Dataset column of image bytes (a dual-encoder KB of images)."
+    )
     documents: list[InlineDocument] | None = Field(None, max_length=100_000)
     config: dict[str, Any] | None = Field(None, description="KBConfig fields.")
 
@@ -146,12 +149,12 @@ async def create(body: KBCreate, principal: Principal = Depends(require("deploy"
     """Build a knowledge base (quarantined documents come back with their reasons)."""
     if (body.source is None) == (body.documents is None):
         raise ApiError(422, "give exactly one of 'source' and 'documents'", param="source")
-    if body.source is not None and body.text_column is None:
+    if body.source is not None and body.text_column is None and body.image_column is None:
         # Server paths are indexed from the CLI only: a key must not read the server's disk.
         raise ApiError(
             422,
-            "source: over HTTP, a source is a dataset and needs text_column; send files' text "
-            "as 'documents'",
+            "source: over HTTP, a source is a dataset and needs text_column (or image_column); "
+            "send files as 'documents'",
             param="source",
         )
     source: Any = body.source
@@ -164,6 +167,7 @@ async def create(body: KBCreate, principal: Principal = Depends(require("deploy"
         text_column=body.text_column,
         id_column=body.id_column,
         config=body.config,
+        image_column=body.image_column,
     )
 
 
