@@ -153,6 +153,22 @@ def test_a_dataset_column_of_image_bytes_is_a_source(stickers: dict[str, list[An
         create_kb("nope", "parcels", image_column="caption")
 
 
+def test_a_pipeline_step_builds_an_image_kb_once(
+    stickers: dict[str, list[Any]], tmp_path: Path
+) -> None:
+    from aifab.pipeline.runner import run_pipeline
+
+    (tmp_path / "p.yaml").write_text(
+        "name: image-kb\nsteps:\n  - name: pics\n    uses: kb_build\n    with: {name: pipe, "
+        "from: parcels, image_column: image, config: {embedder: parcels-clip@1}}\n"
+    )
+    first, again = run_pipeline(tmp_path / "p.yaml"), run_pipeline(tmp_path / "p.yaml")
+    assert first.ok and again.ok, [(s.name, s.error) for s in first.steps + again.steps]
+    details = [s.outputs["details"] for s in (*first.steps, *again.steps)]
+    assert [d["action"] for d in details] == ["created", "unchanged"]
+    assert details[0]["documents"] == ROWS
+
+
 def test_a_text_only_embedder_refuses_image_documents(folder: Path, tmp_path: Path) -> None:
     from aifab.rag import create_kb
 
