@@ -10,6 +10,10 @@ parcels right, while the three together decide every route. Deterministic (seede
 so the committed Parquet file is exactly this script's output:
 
     python examples/multimodal/make_data.py          # --rows N --out FILE
+    python examples/multimodal/make_data.py --images examples/multimodal/images
+
+``--images DIR`` also writes the first 24 held-out (test split) stickers as PNG files with a
+``captions.csv``: the folder an image knowledge base is built from (``aifab kb create``).
 """
 
 from __future__ import annotations
@@ -97,12 +101,31 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", type=int, default=2000)
     parser.add_argument("--out", type=Path, default=OUT)
+    parser.add_argument("--images", type=Path, default=None, help="also write a PNG folder")
     args = parser.parse_args()
     cols = rows(args.rows)
     table = pa.table({**cols, "image": pa.array(cols["image"], pa.binary())})
     args.out.parent.mkdir(parents=True, exist_ok=True)
     pq.write_table(table, args.out, compression="zstd")
     print(f"wrote {args.out} ({table.num_rows} rows, {args.out.stat().st_size} bytes)")
+    if args.images is not None:
+        write_images(cols, args.images)
+
+
+def write_images(cols: dict[str, list], folder: Path, n: int = 24) -> None:
+    """The first ``n`` test-split stickers as ``parcel-<id>.png`` plus ``captions.csv``."""
+    import csv
+
+    folder.mkdir(parents=True, exist_ok=True)
+    test = [i for i, s in enumerate(cols["split"]) if s == "test"][:n]
+    with (folder / "captions.csv").open("w", newline="", encoding="utf-8") as fh:
+        out = csv.writer(fh)
+        out.writerow(["file", "caption"])
+        for i in test:
+            name = f"parcel-{cols['id'][i]}.png"
+            (folder / name).write_bytes(cols["image"][i])
+            out.writerow([name, cols["caption"][i]])
+    print(f"wrote {len(test)} images and captions.csv to {folder}")
 
 
 if __name__ == "__main__":

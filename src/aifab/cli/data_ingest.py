@@ -104,6 +104,11 @@ def register(app: typer.Typer) -> None:
             None, help="Fail when under this share of rows is kept (default 0.5)."
         ),
         sheet: str | None = typer.Option(None, help="Excel sheet (default the first)."),
+        image_column: list[str] | None = typer.Option(
+            None,
+            "--image-column",
+            help="A column of image paths or bytes, each checked; repeatable.",
+        ),
         records_field: str | None = typer.Option(
             None, help="API or JSON file: dotted path of the records."
         ),
@@ -151,6 +156,7 @@ def register(app: typer.Typer) -> None:
             "strict": strict,
             "min_kept_share": min_kept_share,
             "sheet": sheet,
+            "image_columns": image_column or None,
             "records_field": records_field,
             "next_field": next_field,
             "page_param": page_param,

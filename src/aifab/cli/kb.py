@@ -12,7 +12,10 @@ from aifab.cli.output import JSON_HELP, emit, when
 
 app = typer.Typer(help="Knowledge bases: documents indexed for search and cited answers.")
 
-_FROM_HELP = "A file or folder (txt, md, html, pdf), or with --text-column a dataset NAME[@V]."
+_FROM_HELP = (
+    "A file or folder (txt, md, html, pdf; png/jpg images, captioned by a captions.csv), or "
+    "with --text-column a dataset NAME[@V]."
+)
 _CHAT_HELP = "An LM deployment name (run in this process) or an OpenAI-compatible base URL."
 _MODE_HELP = "dense (meaning), bm25 (keywords) or hybrid (both, rank-fused)."
 _FILTER_HELP = "Metadata filter KEY=VALUE (repeatable), e.g. type=md or document=README.md."
@@ -64,7 +67,12 @@ def create_command(
     source: str = typer.Option(..., "--from", help=_FROM_HELP),
     text_column: str | None = typer.Option(None, "--text-column", help="Dataset text column."),
     id_column: str | None = typer.Option(None, "--id-column", help="Dataset document ids."),
-    embedder: str | None = typer.Option(None, "--embedder", help="Embedding model."),
+    image_column: str | None = typer.Option(
+        None, "--image-column", help="Dataset column of image bytes (one image per row)."
+    ),
+    embedder: str | None = typer.Option(
+        None, "--embedder", help="Embedding model (for images: a dual encoder NAME@VERSION)."
+    ),
     chunk_tokens: int = typer.Option(160, "--chunk-tokens", help="Tokens per chunk."),
     chunk_overlap: int = typer.Option(32, "--chunk-overlap", help="Tokens of overlap."),
     as_json: bool = typer.Option(False, "--json", help=JSON_HELP),
@@ -82,6 +90,7 @@ def create_command(
         id_column=id_column,
         config=config,
         progress=_progress(),
+        image_column=image_column,
     )
     _built(kb, as_json)
 
@@ -92,13 +101,21 @@ def add_command(
     source: str = typer.Option(..., "--from", help=_FROM_HELP),
     text_column: str | None = typer.Option(None, "--text-column", help="Dataset text column."),
     id_column: str | None = typer.Option(None, "--id-column", help="Dataset document ids."),
+    image_column: str | None = typer.Option(
+        None, "--image-column", help="Dataset column of image bytes (one image per row)."
+    ),
     as_json: bool = typer.Option(False, "--json", help=JSON_HELP),
 ) -> None:
     """Add (or replace) documents: a new version, embedding only what is new."""
     from aifab.rag import add_documents
 
     kb = add_documents(
-        name, source, text_column=text_column, id_column=id_column, progress=_progress()
+        name,
+        source,
+        text_column=text_column,
+        id_column=id_column,
+        progress=_progress(),
+        image_column=image_column,
     )
     _built(kb, as_json)
 
@@ -191,28 +208,74 @@ def lineage_command(
     emit(shown, False)
 
 
+def _read_image(path: str) -> bytes:
+    """An image query file's bytes, refused by size before it is read."""
+    from pathlib import Path
+
+    from aifab.core.errors import InvalidInputError, NotFoundError
+    from aifab.inference.multimodal import MAX_IMAGE_BYTES
+
+    file = Path(path).expanduser()
+    if not file.is_file():
+        raise NotFoundError(f"--image {path}: no such file")
+    if file.stat().st_size > MAX_IMAGE_BYTES:
+        raise InvalidInputError(
+            f"--image {path}: {file.stat().st_size} bytes is over max_image_bytes "
+            f"({MAX_IMAGE_BYTES})"
+        )
+    return file.read_bytes()
+
+
+def _shown(hit: dict[str, Any]) -> dict[str, Any]:
+    text = hit["text"][:120].replace("\n", " ")
+    if hit.get("image"):  # an image document: its size, then its caption (if any)
+        meta = hit["metadata"]
+        text = f"[image {meta.get('width')}x{meta.get('height')}] {text}".strip()
+    return {**hit, "text": text}
+
+
 @app.command("search")
 def search_command(
     name: str = typer.Argument(..., help="Knowledge base name.", show_default=False),
-    query: str = typer.Argument(..., help="What to look for.", show_default=False),
+    query: str = typer.Argument(
+        "", help="What to look for (or --image / --like).", show_default=False
+    ),
     k: int = typer.Option(5, "-k", help="Results (1-100)."),
     mode: str = typer.Option("hybrid", "--mode", help=_MODE_HELP),
     filter_: list[str] | None = typer.Option(None, "--filter", help=_FILTER_HELP),
     rerank: str | None = typer.Option(None, "--rerank", help="A local cross-encoder dir."),
+    image: str | None = typer.Option(
+        None, "--image", help="An image file: find images like it (a dual-encoder KB)."
+    ),
+    like: str | None = typer.Option(None, "--like", help="A document id: find ones like it."),
     as_json: bool = typer.Option(False, "--json", help=JSON_HELP),
 ) -> None:
-    """Search a knowledge base by meaning, keywords or both."""
+    """Search a knowledge base by meaning, keywords or both; by an image in an image KB."""
     from aifab.rag import search
 
-    out = search(name, query, k=k, mode=mode, filters=_filters(filter_), rerank=rerank)
+    out = search(
+        name,
+        query,
+        k=k,
+        mode=mode,
+        filters=_filters(filter_),
+        rerank=rerank,
+        image=_read_image(image) if image else None,
+        like=like,
+    )
     if as_json:
         emit(out, True)
         return
     if not out["results"]:
         sys.stdout.write("no results\n")
         return
-    rows = [{**h, "text": h["text"][:120].replace("\n", " ")} for h in out["results"]]
-    emit(rows, False, ["score", "document", "position", "heading", "text"])
+    images = all(h.get("image") for h in out["results"])  # no positions or headings to show
+    columns = (
+        ["score", "document", "text"]
+        if images
+        else ["score", "document", "position", "heading", "text"]
+    )
+    emit([_shown(h) for h in out["results"]], False, columns)
 
 
 def _note(facts: dict[str, Any]) -> None:

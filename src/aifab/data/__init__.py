@@ -36,6 +36,7 @@ from aifab.data.label import (
 from aifab.data.quarantine import count_quarantine, list_quarantine, quarantine
 from aifab.data.sealer import BackgroundSealer
 from aifab.data.splits import SplitSpec, split
+from aifab.data.thumbnails import cell_thumbnail
 from aifab.data.validate import ExpectationSuite, ValidationReport, validate
 from aifab.data.verify import verify_lake
 
@@ -53,6 +54,7 @@ __all__ = [
     "ValidationReport",
     "VersionInfo",
     "append_records",
+    "cell_thumbnail",
     "clean",
     "publish_delta",
     "commit_query",

@@ -130,7 +130,13 @@ def _stage(
         return folders.stage_images(path, dest)
     from aifab.data.sources.files import stage_file
 
-    return stage_file(con, path, opts, dest, progress=progress)
+    staged = stage_file(con, path, opts, dest, progress=progress)
+    if opts.image_columns:
+        from aifab.data.sources.image_rows import check_image_columns
+
+        base = path if path.is_dir() else path.parent
+        staged = check_image_columns(staged, opts.image_columns, base, opts.min_kept_share)
+    return staged
 
 
 def ingest(

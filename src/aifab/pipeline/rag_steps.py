@@ -25,6 +25,9 @@ class KBBuildParams(StrictConfig):
     )
     text_column: str | None = Field(None, description="With a dataset: its text column.")
     id_column: str | None = Field(None, description="With a dataset: its document id column.")
+    image_column: str | None = Field(
+        None, description="With a dataset: its column of image bytes (a dual-encoder KB)."
+    )
     config: dict[str, Any] = Field(default_factory=dict, description="KBConfig fields.")
 
 
@@ -50,7 +53,7 @@ class PromptEvalParams(StrictConfig):
 def kb_build(ctx: StepContext, params: Mapping[str, Any]) -> PreparedStep:
     """Create the knowledge base, or add what changed (unchanged: no new version)."""
     p = ctx.params(KBBuildParams, params)
-    is_dataset = p.text_column is not None
+    is_dataset = p.text_column is not None or p.image_column is not None
     source = p.source if is_dataset else str(ctx.path(p.source))
     files = [] if is_dataset else [ctx.path(p.source)]
 
@@ -58,7 +61,12 @@ def kb_build(ctx: StepContext, params: Mapping[str, Any]) -> PreparedStep:
         from aifab.rag import sync_kb
 
         kb = sync_kb(
-            p.name, source, text_column=p.text_column, id_column=p.id_column, config=p.config
+            p.name,
+            source,
+            text_column=p.text_column,
+            id_column=p.id_column,
+            config=p.config,
+            image_column=p.image_column,
         )
         counts = kb.get("counts", {})
         details = {

@@ -51,11 +51,13 @@ def _check_name(name: str) -> str:
 Source = str | Sequence[Mapping[str, Any]]
 
 
-def _read(source: Source, text_column: str | None, id_column: str | None) -> Loaded:
+def _read(
+    source: Source, text_column: str | None, id_column: str | None, image_column: str | None
+) -> Loaded:
     if not isinstance(source, str):
         return load_texts(source)
-    if text_column is not None:
-        return load_dataset(source, text_column, id_column)
+    if text_column is not None or image_column is not None:
+        return load_dataset(source, text_column, id_column, image_column)
     if id_column is not None:
         raise InvalidInputError("--id-column needs --text-column (a dataset source)")
     return load_path(source)
@@ -149,6 +151,7 @@ def create_kb(
     id_column: str | None = None,
     config: KBConfig | dict[str, Any] | None = None,
     progress: Progress | None = None,
+    image_column: str | None = None,
 ) -> dict[str, Any]:
     """Build a new knowledge base from a file, folder or dataset version (version 1).
 
@@ -158,6 +161,8 @@ def create_kb(
             inline documents ``[{"id", "text", "metadata"}]``.
         text_column: the dataset column holding the text.
         id_column: the dataset column naming each document (default: the row number).
+        image_column: a dataset column of image bytes: each row is an image document
+            (captioned by ``text_column`` when given; needs a dual-encoder embedder).
         config: chunking, embedder and index settings.
         progress: called as ``progress(stage, done, total)``.
 
@@ -174,7 +179,7 @@ def create_kb(
     with session_scope() as s:
         if s.get(KnowledgeBaseRow, name) is not None:
             raise ConflictError(f"knowledge base {name!r} already exists (use 'aifab kb add')")
-    loaded = _read(source, text_column, id_column)
+    loaded = _read(source, text_column, id_column, image_column)
     if not loaded.documents:
         reasons = "; ".join(f"{q['document']}: {q['reason']}" for q in loaded.quarantine[:5])
         where = source if isinstance(source, str) else "documents"
@@ -213,6 +218,7 @@ def add_documents(
     text_column: str | None = None,
     id_column: str | None = None,
     progress: Progress | None = None,
+    image_column: str | None = None,
 ) -> dict[str, Any]:
     """A new version with documents added (a document id already there is replaced).
 
@@ -223,7 +229,7 @@ def add_documents(
         InvalidInputError: no document in ``source`` could be read (reasons named).
     """
     cfg, parent = _current(name)
-    loaded = _read(source, text_column, id_column)
+    loaded = _read(source, text_column, id_column, image_column)
     if not loaded.documents:
         reasons = "; ".join(f"{q['document']}: {q['reason']}" for q in loaded.quarantine[:5])
         where = source if isinstance(source, str) else "documents"
@@ -240,6 +246,7 @@ def sync_kb(
     id_column: str | None = None,
     config: KBConfig | dict[str, Any] | None = None,
     progress: Progress | None = None,
+    image_column: str | None = None,
 ) -> dict[str, Any]:
     """Create the KB, or add what changed in ``source``; unchanged sources make no version.
 
@@ -258,14 +265,20 @@ def sync_kb(
             id_column=id_column,
             config=config,
             progress=progress,
+            image_column=image_column,
         )
         return {**kb, "action": "created"}
     current = kb_lineage(name)[0]
-    loaded = _read(source, text_column, id_column)
+    loaded = _read(source, text_column, id_column, image_column)
     if loaded.documents and all(src in current["sources"] for src in loaded.sources):
         return {**get_kb(name), "action": "unchanged"}
     kb = add_documents(
-        name, source, text_column=text_column, id_column=id_column, progress=progress
+        name,
+        source,
+        text_column=text_column,
+        id_column=id_column,
+        progress=progress,
+        image_column=image_column,
     )
     return {**kb, "action": "updated"}
 

@@ -32,6 +32,8 @@ class Chunk:
     heading: str = ""
     tokens: int = 0
     metadata: dict[str, Any] = field(default_factory=dict)
+    #: An image document's PNG thumbnail (its one chunk is the image; ``text`` its caption).
+    image: bytes | None = None
 
 
 def count_tokens(text: str) -> int:

@@ -65,6 +65,8 @@ class LocalEmbedder:
         self.handler = handler
         self.name = source
         self.dimension = int(handler.dimension)
+        # A dual encoder also embeds images (``data:image`` URLs) into its text space.
+        self.modalities = tuple(handler.describe().get("modalities") or ("text",))
 
     def embed(self, texts: Sequence[str], progress: Callable[[int], None] | None = None) -> Any:
         """Embed in batches of :data:`BATCH` (``progress`` gets the count done so far)."""
@@ -87,6 +89,9 @@ class OpenAIEmbedder:
         self.base = base.rstrip("/")
         self.model = model or "default"
         self.name = source
+        # The server decides: an aifab dual-encoder deployment takes ``data:image`` URLs, a
+        # text-only one answers an error, reported as EmbedderUnavailable.
+        self.modalities = ("text", "image")
         key = os.environ.get(API_KEY_ENV, "")
         self._headers = {"Authorization": f"Bearer {key}"} if key else {}
         self._client = httpx.Client(timeout=httpx.Timeout(60.0, connect=5.0))

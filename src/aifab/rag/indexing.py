@@ -14,15 +14,17 @@ from typing import Any
 
 import numpy as np
 
-from aifab.rag.chunking import Chunk, chunk_document
+from aifab.core.errors import InvalidInputError
+from aifab.rag.chunking import Chunk, chunk_document, chunk_id, count_tokens
 from aifab.rag.config import KBConfig
 from aifab.rag.documents import Document
 from aifab.rag.embedders import get_embedder
+from aifab.rag.images import image_digest, image_url
 from aifab.rag.index import INDEXES
 from aifab.rag.keyword import KeywordIndex
 from aifab.rag.store import KBFiles, staging_dir, write_version
 
-__all__ = ["Progress", "build_version"]
+__all__ = ["Progress", "build_version", "image_chunk"]
 
 #: ``progress(stage, done, total)``: stages are ``read``, ``embed``, ``index``.
 Progress = Callable[[str, int, int], None]
@@ -40,12 +42,44 @@ def _embed(
         if c.id in known and parent is not None:
             vectors[i] = parent.vectors[known[c.id]]
     if todo:
-        texts = [
-            f"{new[i].heading}\n{new[i].text}" if new[i].heading else new[i].text for i in todo
-        ]
+        texts = [_embeddable(new[i]) for i in todo]
+        if any(new[i].image is not None for i in todo):
+            _check_images(embedder, cfg.embedder)
         report = (lambda done: progress("embed", done, len(todo))) if progress else None
         vectors[todo] = embedder.embed(texts, progress=report)
     return vectors, len(todo)
+
+
+def _embeddable(chunk: Chunk) -> str:
+    """What the embedder gets: an image as a ``data:image`` URL, a text with its heading."""
+    if chunk.image is not None:
+        return image_url(chunk.image)
+    return f"{chunk.heading}\n{chunk.text}" if chunk.heading else chunk.text
+
+
+def _check_images(embedder: Any, source: str) -> None:
+    if "image" not in getattr(embedder, "modalities", ("text",)):
+        raise InvalidInputError(
+            f"embedder {source}: embeds text only; image documents need a dual encoder "
+            "(create the knowledge base with --embedder NAME@VERSION of a contrastive model)"
+        )
+
+
+def image_chunk(doc: Document) -> Chunk:
+    """An image document's one chunk: the thumbnail, its caption as text.
+
+    The id hashes the image too, so a changed image under the same name is embedded again.
+    """
+    assert doc.image is not None
+    return Chunk(
+        id=chunk_id(doc.id, 0, f"{image_digest(doc.image)}\x00{doc.text}"),
+        document=doc.id,
+        position=0,
+        text=doc.text,
+        tokens=count_tokens(doc.text),
+        metadata=doc.metadata,
+        image=doc.image,
+    )
 
 
 def _dense(cfg: KBConfig, vectors: np.ndarray, parent: KBFiles | None, appended_from: int) -> Any:
@@ -80,7 +114,9 @@ def build_version(
     new: list[Chunk] = []
     for n, doc in enumerate(docs, 1):
         new.extend(
-            chunk_document(
+            [image_chunk(doc)]
+            if doc.image is not None
+            else chunk_document(
                 doc.id,
                 doc.text,
                 size=cfg.chunk_tokens,

@@ -13,9 +13,10 @@ from typing import Any
 
 import numpy as np
 
-from aifab.core.errors import InvalidInputError
+from aifab.core.errors import InvalidInputError, NotFoundError
 from aifab.rag.build import load_kb
 from aifab.rag.embedders import get_embedder
+from aifab.rag.images import image_url, query_image
 from aifab.rag.store import KBFiles
 
 __all__ = ["MAX_K", "MAX_QUERY_CHARS", "MODES", "RRF_K", "embed_queries", "rrf", "search"]
@@ -117,50 +118,96 @@ def _hit(files: KBFiles, row: int, score: float, ranks: dict[str, int]) -> dict[
         "score": round(float(score), 6),
         "ranks": ranks,
         "metadata": json.loads(c["metadata"]),
+        # An image document's thumbnail, ready for an <img src> or a client to decode.
+        "image": image_url(c["image"]) if c.get("image") else None,
     }
+
+
+def _image_vector(files: KBFiles, image: str | bytes | None, like: str | None) -> np.ndarray:
+    """The query vector of an image query: a new image, embedded, or a stored document's."""
+    if like is not None:
+        rows = [i for i, c in enumerate(files.chunks) if c["document"] == like]
+        if not rows:
+            raise NotFoundError(f"knowledge base {files.kb!r} has no document {like!r}")
+        return np.asarray(files.vectors[rows[0]], dtype="float32")
+    assert image is not None
+    png = query_image(image)
+    source = files.manifest["config"]["embedder"]
+    embedder = get_embedder(source)
+    if "image" not in getattr(embedder, "modalities", ("text",)):
+        raise InvalidInputError(f"image: the embedder {source} embeds text only, not images")
+    return np.asarray(embedder.embed([image_url(png)])[0], dtype="float32")
+
+
+def _check_query(query: str, image: str | bytes | None, like: str | None, mode: str) -> str:
+    """The mode to run; a query is exactly one of a text, an image and a document to match."""
+    given = [what for what, v in (("query", query), ("image", image), ("like", like)) if v]
+    if len(given) != 1:
+        raise InvalidInputError(
+            "query: give exactly one of a text query, an image and like "
+            f"(got {', '.join(given) or 'none'})"
+        )
+    if given[0] == "query":
+        if not isinstance(query, str) or not query.strip():
+            raise InvalidInputError("query: must be a non-empty string")
+        if len(query) > MAX_QUERY_CHARS:
+            raise InvalidInputError(f"query: {len(query)} characters is over {MAX_QUERY_CHARS}")
+        return mode
+    if mode == "bm25":
+        raise InvalidInputError("mode: an image query searches by meaning (dense), not bm25")
+    return "dense"  # hybrid's keyword half has no words to match in an image
 
 
 def search(
     name: str,
-    query: str,
+    query: str = "",
     *,
     k: int = 5,
     mode: str = "hybrid",
     filters: Mapping[str, Any] | None = None,
     rerank: str | None = None,
     query_vector: np.ndarray | None = None,
+    image: str | bytes | None = None,
+    like: str | None = None,
 ) -> dict[str, Any]:
-    """Search knowledge base ``name``.
+    """Search knowledge base ``name`` by a text, an image, or a stored document's likeness.
 
     Args:
         name: KB name.
-        query: the text to look for.
+        query: the text to look for (with a dual-encoder embedder, it finds images too).
         k: results to return (1-100).
         mode: ``dense`` (by meaning), ``bm25`` (by keyword) or ``hybrid`` (both, fused by
             reciprocal rank).
         filters: metadata equality filters (``{"type": "md"}``; ``document`` too).
         rerank: a local cross-encoder directory that re-scores the fused candidates.
         query_vector: the query's embedding when the caller has it (:func:`embed_queries`).
+        image: an image to find similar ones to (bytes, base64 or a ``data:image`` URL;
+            capped at ``max_image_bytes`` before decoding and ``max_image_pixels`` before
+            pixel decoding); dense search with the KB's dual encoder.
+        like: a document id of the KB: find documents like it (its stored vector).
 
     Returns:
         ``{"kb", "version", "mode", "results": [...], "timings_ms"}``; ``results`` may be empty
-        (nothing matched), each with id, document, position, heading, text, score, ranks.
+        (nothing matched), each with id, document, position, heading, text, score, ranks,
+        metadata and ``image`` (an image document's thumbnail as a ``data:image`` URL).
 
     Raises:
         NotFoundError: unknown KB.
-        InvalidInputError: empty or oversized query, bad k or mode (named).
+        InvalidInputError: empty or oversized query, a bad or oversized image (the cap
+            named), bad k or mode (named).
         EmbedderUnavailable: dense or hybrid search, and the KB's embedder is gone.
     """
     if mode not in MODES:
         raise InvalidInputError(f"mode: must be one of {', '.join(MODES)}, got {mode!r}")
     if not isinstance(k, int) or not 1 <= k <= MAX_K:
         raise InvalidInputError(f"k: must be between 1 and {MAX_K}, got {k!r}")
-    if not isinstance(query, str) or not query.strip():
-        raise InvalidInputError("query: must be a non-empty string")
-    if len(query) > MAX_QUERY_CHARS:
-        raise InvalidInputError(f"query: {len(query)} characters is over {MAX_QUERY_CHARS}")
+    mode = _check_query(query, image, like, mode)
+    if rerank and not query:
+        raise InvalidInputError("rerank: a cross-encoder re-scores text queries only")
     started = time.perf_counter()
     _, files = load_kb(name)
+    if image is not None or like is not None:
+        query_vector = _image_vector(files, image, like)
     mask = _allowed(files, filters)
     depth = max(k, 50) if (mode == "hybrid" or rerank) else k
     ranked: dict[str, list[int]] = {}

@@ -54,6 +54,7 @@ class KBFiles:
             heading=c["heading"],
             tokens=c["tokens"],
             metadata=json.loads(c["metadata"]),
+            image=c.get("image"),
         )
 
 
@@ -87,6 +88,8 @@ def write_version(
             "text": [c.text for c in chunks],
             "tokens": pa.array([c.tokens for c in chunks], pa.int32()),
             "metadata": [json.dumps(c.metadata, sort_keys=True, default=str) for c in chunks],
+            # Image documents' thumbnails (null for text); versions before it lack the column.
+            "image": pa.array([c.image for c in chunks], pa.binary()),
         }
     )
     pq.write_table(table, directory / "chunks.parquet")

@@ -34,6 +34,9 @@ BODY_CAPS: tuple[tuple[str, int], ...] = (
     ("/v1/predict/", 16 * _MIB),
     ("/v1/datasets/", 16 * _MIB),
     ("/v1/embeddings", 8 * _MIB),
+    # Inline documents (the route's MAX_UPLOAD_BYTES) and image queries (max_image_bytes,
+    # base64) are bigger than the default; the route names its own caps.
+    ("/v1/kb", 32 * _MIB),
     ("/v1/chat/completions", 8 * _MIB),
     ("/v1/completions", 8 * _MIB),
     ("/v1/deployments", 256 * 1024),

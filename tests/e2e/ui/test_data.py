@@ -215,3 +215,37 @@ def test_data_pages_have_no_serious_accessibility_findings(
     page = sign_in("developer", bypass_csp=True)
     page.goto(dashboard.url + path)
     assert axe_findings(page) == []
+
+
+def test_an_image_column_previews_as_thumbnails_the_browser_draws(
+    sign_in: Callable[..., Any],
+    dashboard: Any,
+    tmp_path_factory: pytest.TempPathFactory,
+    screenshot: Callable[..., Any],
+) -> None:
+    import io
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    from PIL import Image
+
+    from aifab.data import ingest
+
+    def png(colour: tuple[int, int, int]) -> bytes:
+        buf = io.BytesIO()
+        Image.new("RGB", (300, 200), colour).save(buf, format="PNG")
+        return buf.getvalue()
+
+    path = tmp_path_factory.mktemp("shots") / "shots.parquet"
+    images = pa.array([png((200, 40, 40)), png((40, 40, 200))], pa.binary())
+    pq.write_table(pa.table({"id": [1, 2], "image": images}), path)
+    ingest("shots", str(path))
+    page = sign_in("viewer")
+    page.goto(dashboard.url + "/ui/data/shots/versions/1")
+    page.wait_for_load_state("networkidle")
+    thumbs = page.locator("table.preview img.thumb")
+    assert thumbs.count() == 2
+    # Decoded by the browser under the page's CSP: a real image, downscaled by the server.
+    widths = thumbs.evaluate_all("imgs => imgs.map(i => i.complete ? i.naturalWidth : 0)")
+    assert widths == [128, 128]
+    screenshot(page, "data-image-thumbnails")

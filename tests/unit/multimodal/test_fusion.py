@@ -5,26 +5,15 @@ per-modality explanation. One workspace per module (MLflow's schema takes second
 from __future__ import annotations
 
 import base64
-import importlib.util
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
+from tests.unit.multimodal.conftest import FAST
 
 from aifab.core.errors import InvalidInputError
-
-FAST = {"system_metrics": False, "threads": 1, "progress": False}
-EXAMPLE = Path(__file__).resolve().parents[3] / "examples" / "multimodal" / "make_data.py"
-
-
-def _make_data() -> Any:
-    spec = importlib.util.spec_from_file_location("mm_make_data", EXAMPLE)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -39,21 +28,6 @@ def torch_threads() -> Iterator[None]:
 @pytest.fixture(autouse=True)
 def workspace(module_workspace: Path) -> Path:
     return module_workspace
-
-
-@pytest.fixture(scope="module")
-def parcels(module_workspace: Path) -> list[dict[str, Any]]:
-    """60 parcels of the example (PNG bytes in a Parquet column) ingested as ``parcels``."""
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
-    from aifab.data import ingest
-
-    cols = _make_data().rows(60)
-    path = module_workspace.parent / "parcels.parquet"
-    pq.write_table(pa.table({**cols, "image": pa.array(cols["image"], pa.binary())}), path)
-    ingest("parcels", str(path))
-    return [dict(zip(cols, values, strict=True)) for values in zip(*cols.values(), strict=True)]
 
 
 CFG = {
@@ -232,29 +206,6 @@ def test_explanations_split_a_prediction_by_modality(
         assert set(mods) == {"image", "text", "tabular"}
         # Shapley efficiency: the shares add up to the prediction minus the empty baseline.
         assert sum(mods.values()) == pytest.approx(e["value"] - e["base"], abs=1e-6)
-
-
-CLIP = {
-    "dataset": "parcels@1",
-    "text_column": "caption",
-    "image_size": 16,
-    "vocab_size": 300,
-    "max_length": 12,
-    "batch_size": 16,
-    "model": {"embed_dim": 16, "image": {"channels": [4]}, "text": {"d_model": 16}},
-    **FAST,
-}
-
-
-@pytest.fixture(scope="module")
-def clip(parcels: list[dict[str, Any]], module_workspace: Path) -> dict[str, Any]:
-    """A dual encoder trained for one epoch, then resumed from its checkpoint for a second."""
-    from aifab.train.recipes.contrastive import main
-
-    ckpt = {"checkpoint_dir": str(module_workspace.parent / "clip-ckpt"), "checkpoint_every": 1}
-    first = main({**CLIP, **ckpt, "epochs": 1})
-    out = main({**CLIP, **ckpt, "epochs": 2, "register": "parcels-clip"})
-    return {"first": first, **out}
 
 
 def test_contrastive_recipe_trains_a_dual_encoder_and_resumes(clip: dict[str, Any]) -> None:

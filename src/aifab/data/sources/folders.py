@@ -6,6 +6,7 @@ same rows and re-ingesting it unchanged returns the existing version.
 
 from __future__ import annotations
 
+import io
 import os
 from collections.abc import Iterator
 from datetime import UTC, datetime
@@ -188,20 +189,25 @@ def _image_schema() -> Any:
     )
 
 
-def _check_complete(path: Path, im: Any) -> None:
+def check_complete(source: Path | io.BytesIO, im: Any) -> None:
     """Raise ``OSError`` for a truncated image (the header alone does not show it).
 
     A JPEG must end in its EOI marker and a PNG must pass ``verify`` (chunk CRCs, IEND);
-    otherwise the pixels are decoded, which fails on a truncated file.
+    otherwise the pixels are decoded, which fails on a truncated file. ``source`` is the file
+    or the bytes ``im`` was opened from.
     """
     if im.format == "PNG":
         im.verify()
         return
     if im.format == "JPEG":
-        with path.open("rb") as fh:
-            fh.seek(max(0, path.stat().st_size - 64))
-            if b"\xff\xd9" in fh.read():
-                return
+        if isinstance(source, io.BytesIO):
+            tail = source.getvalue()[-64:]
+        else:
+            with source.open("rb") as fh:
+                fh.seek(max(0, source.stat().st_size - 64))
+                tail = fh.read()
+        if b"\xff\xd9" in tail:
+            return
     im.load()
 
 
@@ -214,7 +220,7 @@ def _image_rows(root: Path, paths: list[Path], bad: list[QuarantineItem]) -> Ite
             # Image.open reads only the header: size and format without decoding pixels.
             with Image.open(path) as im:
                 width, height, fmt, mode = im.width, im.height, im.format, im.mode
-                _check_complete(path, im)
+                check_complete(path, im)
         except (OSError, ValueError, SyntaxError, Image.DecompressionBombError) as exc:
             bad.append(
                 QuarantineItem("image.unreadable", f"{rel}: {exc}", record={"path": str(path)})

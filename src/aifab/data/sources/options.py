@@ -56,6 +56,12 @@ class IngestOptions(StrictConfig):
         description="Fail, committing nothing, when fewer than this share of rows is kept.",
     )
     sheet: str | None = Field(None, description="Excel: the sheet to read (default the first).")
+    image_columns: list[str] = Field(
+        default_factory=list,
+        max_length=20,
+        description="Columns holding images (file paths, relative to the file's folder, or "
+        "image bytes): a row whose image is missing or unreadable is quarantined, naming it.",
+    )
     # HTTP (downloads, APIs, crawls)
     headers: dict[str, str] = Field(
         default_factory=dict, description="Extra request headers (e.g. Authorization)."

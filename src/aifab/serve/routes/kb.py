@@ -34,7 +34,10 @@ class InlineDocument(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     id: str = Field(..., min_length=1, max_length=500)
-    text: str
+    text: str = Field("", description="The text; an image document's caption (may be empty).")
+    image: str | None = Field(
+        None, description="An image document: base64 or a data:image URL (a dual-encoder KB)."
+    )
     metadata: dict[str, str | int | float | bool] = Field(default_factory=dict, max_length=50)
 
 
@@ -47,6 +50,9 @@ class KBCreate(BaseModel):
     source: str | None = Field(None, description="Dataset NAME[@V] (with text_column).")
     text_column: str | None = Field(None, description="Dataset text column.")
     id_column: str | None = None
+    image_column: str | None = Field(
+        None, description="Dataset column of image bytes (a dual-encoder KB of images)."
+    )
     documents: list[InlineDocument] | None = Field(None, max_length=100_000)
     config: dict[str, Any] | None = Field(None, description="KBConfig fields.")
 
@@ -72,7 +78,13 @@ class SearchBody(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    query: str = Field(..., min_length=1, max_length=4096)
+    query: str = Field("", max_length=4096, description="A text (or give image or like).")
+    image: str | None = Field(
+        None,
+        description="An image query: base64 or a data:image URL, capped at max_image_bytes "
+        "before it is decoded and max_image_pixels before its pixels are.",
+    )
+    like: str | None = Field(None, max_length=500, description="A document id to match.")
     k: int = Field(5, ge=1, le=100)
     mode: str = Field("hybrid", pattern="^(dense|bm25|hybrid)$")
     filters: dict[str, str | int | float | bool] | None = Field(None, max_length=20)
@@ -137,12 +149,12 @@ async def create(body: KBCreate, principal: Principal = Depends(require("deploy"
     """Build a knowledge base (quarantined documents come back with their reasons)."""
     if (body.source is None) == (body.documents is None):
         raise ApiError(422, "give exactly one of 'source' and 'documents'", param="source")
-    if body.source is not None and body.text_column is None:
+    if body.source is not None and body.text_column is None and body.image_column is None:
         # Server paths are indexed from the CLI only: a key must not read the server's disk.
         raise ApiError(
             422,
-            "source: over HTTP, a source is a dataset and needs text_column; send files' text "
-            "as 'documents'",
+            "source: over HTTP, a source is a dataset and needs text_column (or image_column); "
+            "send files as 'documents'",
             param="source",
         )
     source: Any = body.source
@@ -155,6 +167,7 @@ async def create(body: KBCreate, principal: Principal = Depends(require("deploy"
         text_column=body.text_column,
         id_column=body.id_column,
         config=body.config,
+        image_column=body.image_column,
     )
 
 
@@ -198,9 +211,16 @@ async def delete(name: str, principal: Principal = Depends(require("deploy"))) -
 async def search(
     name: str, body: SearchBody, principal: Principal = Depends(require("invoke", "read"))
 ) -> dict:
-    """Search by meaning, keywords or both; ``results`` is empty when nothing matched."""
+    """Search by meaning, keywords or both, or by an image; empty ``results``: no match."""
     return await principal.call(
-        rag.search, name, body.query, k=body.k, mode=body.mode, filters=body.filters
+        rag.search,
+        name,
+        body.query,
+        k=body.k,
+        mode=body.mode,
+        filters=body.filters,
+        image=body.image,
+        like=body.like,
     )
 
 

@@ -54,18 +54,20 @@ def _ask(name: str, question: str, chat: str, mode: str) -> dict[str, Any]:
         return {"ok": False, "error": exc.message}
 
 
-def _search(name: str, query: str, mode: str) -> dict[str, Any]:
+def _search(name: str, query: str, mode: str, like: str) -> dict[str, Any]:
     try:
-        return {"ok": True, **rag.search(name, query, k=10, mode=mode)}
+        return {"ok": True, **rag.search(name, query, k=10, mode=mode, like=like or None)}
     except rag.EmbedderUnavailable as exc:
         return {"ok": False, "error": str(exc)}
 
 
-def _kb_page(name: str, query: str, question: str, chat: str, mode: str) -> dict[str, Any]:
+def _kb_page(
+    name: str, query: str, question: str, chat: str, mode: str, like: str
+) -> dict[str, Any]:
     kb = rag.get_kb(name)
     return {
         "kb": kb,
-        "results": _search(name, query, mode) if query else None,
+        "results": _search(name, query, mode, like) if (query or like) else None,
         "answer": _ask(name, question, chat, mode) if question and chat else None,
         "deployments": [d["name"] for d in list_deployments()],
     }
@@ -86,18 +88,33 @@ async def kb(
     question: str | None = None,
     chat: str | None = None,
     mode: str = "hybrid",
+    like: str | None = None,
     who: Viewer = Depends(viewer),
 ) -> Response:
-    """One knowledge base: its sources and quarantine, a search box and an ask form."""
+    """One knowledge base: its sources and quarantine, a search box and an ask form.
+
+    Image documents show as thumbnails; ``like`` (a document id) finds the ones like it.
+    """
     if mode not in MODES:
         raise UiError(400, f"mode {mode!r}: use one of {', '.join(MODES)}")
     query, asked, model = _field(q, "q"), _field(question, "question"), _field(chat, "chat")
+    similar = _field(like, "like")
+    if query and similar:
+        raise UiError(400, "q and like: search by a text or by a document, not both")
     if asked:
         need(who, "invoke")
         if not model:
             raise UiError(400, "chat: name the chat model (an LM deployment) that answers")
         _check_chat(model)
-    data = await asyncio.to_thread(_kb_page, name, query, asked, model, mode)
+    data = await asyncio.to_thread(_kb_page, name, query, asked, model, mode, similar)
     return page(
-        request, "kb/kb.html", q=query, question=asked, chat=model, mode=mode, modes=MODES, **data
+        request,
+        "kb/kb.html",
+        q=query,
+        like=similar,
+        question=asked,
+        chat=model,
+        mode=mode,
+        modes=MODES,
+        **data,
     )

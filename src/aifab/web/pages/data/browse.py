@@ -8,10 +8,12 @@ from __future__ import annotations
 import asyncio
 import json
 from typing import Any
+from urllib.parse import quote, urlencode
 
 from fastapi import APIRouter, Depends, Request, Response
 
 from aifab.data import (
+    cell_thumbnail,
     count_quarantine,
     ensure_profile,
     head,
@@ -24,7 +26,7 @@ from aifab.web.auth import Viewer, viewer
 from aifab.web.pages.data.links import parse_version, window
 from aifab.web.pages.data.profile_view import column_window
 from aifab.web.paging import Page
-from aifab.web.render import page
+from aifab.web.render import SECURITY_HEADERS, page
 from aifab.web.routing import UiRoute
 
 __all__ = ["router"]
@@ -55,16 +57,28 @@ def _quarantine(name: str, offset: int, limit: int) -> dict[str, Any]:
     return {"rows": rows, "by_rule": sorted(counts.items()), "total": sum(counts.values())}
 
 
+def _thumb_url(v: Any, column: str, row: int) -> dict[str, str]:
+    """A preview cell of an image column: its thumbnail's URL (the template shows an <img>)."""
+    base = f"/ui/data/{quote(v.dataset, safe='')}/versions/{v.version}/thumbnail"
+    return {"thumbnail": f"{base}?{urlencode({'column': column, 'row': row})}"}
+
+
 def _version(ref: str, col_offset: int) -> dict[str, Any]:
     v = resolve(ref)
     profile = ensure_profile(v)
     columns = column_window(v.schema, profile, col_offset)
     names = [c["name"] for c in columns["columns"]]
     preview = head(v, PREVIEW_ROWS, names).to_pylist() if names else []
+    stats = profile.get("columns", {})
+    images = {n for n in names if stats.get(n, {}).get("images")}
+    rows = [
+        [_thumb_url(v, n, i) if n in images and r[n] is not None else _cell(r[n]) for n in names]
+        for i, r in enumerate(preview)
+    ]
     return {
         "v": v,
         "columns": columns,
-        "preview": {"names": names, "rows": [[_cell(r[n]) for n in names] for r in preview]},
+        "preview": {"names": names, "rows": rows},
         "quarantine": _quarantine(v.dataset, 0, QUARANTINE_SAMPLE),
         "recent": list_version_summaries(v.dataset, limit=2),
     }
@@ -100,6 +114,25 @@ async def version_page(
     offset = int(raw) if raw.isdigit() and len(raw) < 10 else 0
     data = await asyncio.to_thread(_version, ref, offset)
     return page(request, "data/version.html", name=name, **data)
+
+
+#: A thumbnail is ours (a PNG made from the cell, never its bytes): cacheable per session, and
+#: not to be sniffed into anything else.
+_THUMB_HEADERS = {
+    **SECURITY_HEADERS,
+    "Content-Security-Policy": "default-src 'none'; sandbox",
+    "Cache-Control": "private, max-age=3600",
+}
+
+
+@router.get("/ui/data/{name}/versions/{version}/thumbnail")
+async def thumbnail(
+    name: str, version: str, column: str, row: int, who: Viewer = Depends(viewer)
+) -> Response:
+    """The PNG thumbnail of an image cell (at most 128 px a side); 4xx for anything else."""
+    ref = parse_version(name, version)
+    png = await asyncio.to_thread(cell_thumbnail, ref, column, row)
+    return Response(png, media_type="image/png", headers=_THUMB_HEADERS)
 
 
 @router.get("/ui/data/{name}/quarantine")
