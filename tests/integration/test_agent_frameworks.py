@@ -163,12 +163,14 @@ def test_langgraph_react_agent_finishes(server: tuple[str, str]) -> None:
     _check(calls, str(state["messages"][-1].content))
 
 
-def test_openai_agents_sdk_finishes(server: tuple[str, str]) -> None:
+@pytest.mark.parametrize("api", ["chat_completions", "responses"])
+def test_openai_agents_sdk_finishes(server: tuple[str, str], api: str) -> None:
     from agents import (
         Agent,
         FunctionTool,
         ModelSettings,
         OpenAIChatCompletionsModel,
+        OpenAIResponsesModel,
         Runner,
         set_tracing_disabled,
     )
@@ -193,7 +195,11 @@ def test_openai_agents_sdk_finishes(server: tuple[str, str]) -> None:
     client = AsyncOpenAI(base_url=base_url, api_key=key, max_retries=0)
     agent = Agent(
         name="analyst",
-        model=OpenAIChatCompletionsModel(model="tool-lm", openai_client=client),
+        model=(
+            OpenAIChatCompletionsModel(model="tool-lm", openai_client=client)
+            if api == "chat_completions"
+            else OpenAIResponsesModel(model="tool-lm", openai_client=client)
+        ),
         model_settings=ModelSettings(temperature=0, max_tokens=160),
         tools=[make(t) for t in calls.tools],
     )
@@ -249,3 +255,24 @@ def test_llamaindex_function_agent_finishes(server: tuple[str, str]) -> None:
 
     response = asyncio.run(ask())
     _check(calls, str(response))
+
+
+def test_responses_include_is_accepted_or_refused_by_name(server: tuple[str, str]) -> None:
+    """The Agents SDK's Responses model sends ``include`` on every request: it was a 400 (an
+    unknown field); values aifab cannot honour are refused, named, never dropped silently."""
+    import openai
+
+    base_url, key = server
+    client = openai.OpenAI(base_url=base_url, api_key=key, max_retries=0)
+    out = client.responses.create(
+        model="tool-lm",
+        input=QUESTION,
+        include=["reasoning.encrypted_content"],
+        max_output_tokens=4,
+    )
+    assert out.status in ("completed", "incomplete")
+    with pytest.raises(openai.BadRequestError) as caught:
+        client.responses.create(
+            model="tool-lm", input=QUESTION, include=["message.output_text.logprobs"]
+        )
+    assert isinstance(caught.value.body, dict) and caught.value.body["param"] == "include"
