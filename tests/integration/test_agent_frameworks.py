@@ -163,8 +163,9 @@ def test_langgraph_react_agent_finishes(server: tuple[str, str]) -> None:
     _check(calls, str(state["messages"][-1].content))
 
 
+@pytest.mark.parametrize("stream", [False, True], ids=["whole", "streamed"])
 @pytest.mark.parametrize("api", ["chat_completions", "responses"])
-def test_openai_agents_sdk_finishes(server: tuple[str, str], api: str) -> None:
+def test_openai_agents_sdk_finishes(server: tuple[str, str], api: str, stream: bool) -> None:
     from agents import (
         Agent,
         FunctionTool,
@@ -203,8 +204,16 @@ def test_openai_agents_sdk_finishes(server: tuple[str, str], api: str) -> None:
         model_settings=ModelSettings(temperature=0, max_tokens=160),
         tools=[make(t) for t in calls.tools],
     )
-    result = asyncio.run(Runner.run(agent, QUESTION, max_turns=4))
-    _check(calls, str(result.final_output))
+
+    async def ask() -> Any:
+        if not stream:
+            return await Runner.run(agent, QUESTION, max_turns=4)
+        streamed = Runner.run_streamed(agent, QUESTION, max_turns=4)
+        async for _ in streamed.stream_events():
+            pass
+        return streamed
+
+    _check(calls, str(asyncio.run(ask()).final_output))
 
 
 def test_llamaindex_function_agent_finishes(server: tuple[str, str]) -> None:
