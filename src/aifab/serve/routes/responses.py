@@ -50,6 +50,12 @@ class ResponsesRequest(BaseModel):
     metadata: dict[str, Any] | None = None
     user: str | None = None
     truncation: str | None = None
+    # The OpenAI Agents SDK sends it on every request (``[]`` unless asked for more).
+    include: list[str] | None = Field(None, max_length=16)
+
+
+#: ``include`` values with nothing to add here: aifab's models write no reasoning items.
+_NOTHING_TO_INCLUDE = frozenset({"reasoning.encrypted_content"})
 
 
 def _content_text(content: Any, where: str) -> str:
@@ -105,6 +111,9 @@ def _messages(body: ResponsesRequest) -> list[dict[str, Any]]:
 
 
 def _chat_request(body: ResponsesRequest) -> ChatCompletionRequest:
+    unsupported = [v for v in body.include or [] if v not in _NOTHING_TO_INCLUDE]
+    if unsupported:
+        raise ApiError(422, f"include: {unsupported[0]!r} is not supported", param="include")
     tools = [
         {
             "type": "function",
