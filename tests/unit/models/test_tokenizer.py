@@ -107,7 +107,7 @@ def _context_free(tok) -> list[bool]:
 
 
 def test_isolated_pre_tokenizer_makes_a_value_the_same_tokens_in_every_context():
-    tok = train_bpe_tokenizer(REQUESTS, vocab_size=300, pre_tokenizer="isolated")
+    tok = train_bpe_tokenizer(REQUESTS, vocab_size=400, pre_tokenizer="isolated")
     # after a space (a request), a quote or a colon (a JSON call): the very same ids
     assert all(_context_free(tok))
     assert _pieces(tok, "124100") == list("124100")  # one digit a token
@@ -117,12 +117,12 @@ def test_isolated_pre_tokenizer_makes_a_value_the_same_tokens_in_every_context()
 
 def test_the_default_words_pre_tokenizer_glues_the_space_to_the_value():
     # Why the option exists: with GPT-2's rule " GB" and "GB" are different tokens.
-    tok = train_bpe_tokenizer(REQUESTS, vocab_size=300)
+    tok = train_bpe_tokenizer(REQUESTS, vocab_size=400)
     assert not all(_context_free(tok))
 
 
 def test_isolated_pre_tokenizer_survives_save_and_load(tmp_path: Path):
-    tok = train_bpe_tokenizer(REQUESTS, vocab_size=300, pre_tokenizer="isolated")
+    tok = train_bpe_tokenizer(REQUESTS, vocab_size=400, pre_tokenizer="isolated")
     tok.save_pretrained(str(tmp_path))
     again = load_tokenizer(tmp_path)
     assert (
@@ -134,4 +134,4 @@ def test_isolated_pre_tokenizer_survives_save_and_load(tmp_path: Path):
 
 def test_unknown_pre_tokenizer_is_refused():
     with pytest.raises(InvalidInputError, match="pre_tokenizer"):
-        train_bpe_tokenizer(REQUESTS, vocab_size=300, pre_tokenizer="chars")  # type: ignore[arg-type]
+        train_bpe_tokenizer(REQUESTS, vocab_size=400, pre_tokenizer="chars")  # type: ignore[arg-type]
