@@ -47,3 +47,21 @@ def test_every_test_request_holds_a_value_the_training_split_never_saw() -> None
         assert row["messages"][-1]["content"].endswith("</tool_call>")
     names = {json.loads(row["expected"])["name"] for row in test}
     assert names == {"sql", "predict"}
+
+
+def test_every_value_of_every_call_is_written_verbatim_in_its_request() -> None:
+    # Copyable: each SQL literal and record field is in the user's words as the call writes it
+    # (numbers as JSON numbers), so nothing is to be guessed or reformatted.
+    for row in _rows(DATA):
+        call, request = json.loads(row["expected"]), row["messages"][1]["content"]
+        if call["name"] == "sql":
+            literals = re.findall(r"'([^']*)'|[<>=] (\d+)", call["arguments"]["query"])
+            values = [quoted or number for quoted, number in literals]
+        else:
+            values = [
+                v if isinstance(v, str) else json.dumps(v)
+                for record in call["arguments"]["records"]
+                for v in record.values()
+            ]
+        for value in values:
+            assert value in request, (value, request)

@@ -79,3 +79,59 @@ def test_bad_input(tmp_path: Path):
         train_bpe_tokenizer(CORPUS, special_tokens=["<pad>", "<s>"])
     with pytest.raises(InvalidInputError, match="holds no tokenizer"):
         load_tokenizer(tmp_path)
+
+
+# ---- pre-tokenizer: values tokenize the same in a request and in a JSON call ------------------
+
+REQUESTS = [
+    "How many customers are from GB? Age 47, income 124100, spend 19.5, signed up 2023-09-06",
+    'SELECT count(*) FROM customers WHERE country = \'GB\'"}} {"age":47,"income":124100}',
+] * 20
+
+
+def _pieces(tok, text: str) -> list[str]:
+    return tok.convert_ids_to_tokens(tok.encode(text))
+
+
+VALUES = ["GB", "47", "124100", "2023-09-06", "Ravi Bianchi"]
+CONTEXTS = [" ", "'", '"', ":", "= '", "from "]
+
+
+def _context_free(tok) -> list[bool]:
+    """For each value and context: is the value's token sequence a suffix of the whole?"""
+    out = []
+    for value in VALUES:
+        bare = tok.encode(value)
+        out += [tok.encode(before + value)[-len(bare) :] == bare for before in CONTEXTS]
+    return out
+
+
+def test_isolated_pre_tokenizer_makes_a_value_the_same_tokens_in_every_context():
+    tok = train_bpe_tokenizer(REQUESTS, vocab_size=400, pre_tokenizer="isolated")
+    # after a space (a request), a quote or a colon (a JSON call): the very same ids
+    assert all(_context_free(tok))
+    assert _pieces(tok, "124100") == list("124100")  # one digit a token
+    text = 'from GB? {"age":47} 😀'
+    assert tok.decode(tok.encode(text)) == text  # still exact round trips
+
+
+def test_the_default_words_pre_tokenizer_glues_the_space_to_the_value():
+    # Why the option exists: with GPT-2's rule " GB" and "GB" are different tokens.
+    tok = train_bpe_tokenizer(REQUESTS, vocab_size=400)
+    assert not all(_context_free(tok))
+
+
+def test_isolated_pre_tokenizer_survives_save_and_load(tmp_path: Path):
+    tok = train_bpe_tokenizer(REQUESTS, vocab_size=400, pre_tokenizer="isolated")
+    tok.save_pretrained(str(tmp_path))
+    again = load_tokenizer(tmp_path)
+    assert (
+        again.encode(" GB 47")
+        == tok.encode(" GB 47")
+        == tok.encode(" ") + tok.encode("GB") + tok.encode(" ") + tok.encode("4") + tok.encode("7")
+    )
+
+
+def test_unknown_pre_tokenizer_is_refused():
+    with pytest.raises(InvalidInputError, match="pre_tokenizer"):
+        train_bpe_tokenizer(REQUESTS, vocab_size=400, pre_tokenizer="chars")  # type: ignore[arg-type]

@@ -122,6 +122,19 @@ def test_lm_saves_model_with_tokenizer_and_logs_the_run(lm: dict[str, Any]) -> N
     assert run["metrics"]["valid_loss"] == pytest.approx(lm["metrics"]["valid_loss"])
 
 
+def test_lm_pre_tokenizer_option_reaches_the_saved_tokenizer(lm: dict[str, Any]) -> None:
+    from aifab.models.tokenizer import load_tokenizer
+    from aifab.train.recipes.lm import Config, main
+
+    out = main({"dataset": "corpus", **LM, "max_steps": 2, "pre_tokenizer": "isolated"})
+    tok = load_tokenizer(out["model_dir"])
+    # digits one token each and the space apart: "1234" is the same ids after a space
+    assert tok.convert_ids_to_tokens(tok.encode("1234")) == ["1", "2", "3", "4"]
+    assert tok.encode(" 1234")[1:] == tok.encode("1234")
+    with pytest.raises(ValueError, match="pre_tokenizer"):
+        Config(dataset="corpus", pre_tokenizer="chars")  # type: ignore[arg-type]
+
+
 def test_lm_resumes_exactly_from_a_checkpoint(lm: dict[str, Any], tmp_path: Path) -> None:
     from aifab.train.checkpointing import list_checkpoints
     from aifab.train.recipes.lm import main

@@ -21,6 +21,7 @@ from pydantic import Field
 
 from aifab.core.config import as_config
 from aifab.core.errors import InvalidInputError
+from aifab.models.tokenizer import PreTokenizer
 from aifab.train.lifecycle import (
     TrainState,
     attach_run,
@@ -64,6 +65,13 @@ class Config(RecipeConfig):
         "tokenizer.",
     )
     vocab_size: int = Field(512, ge=300, description="BPE vocabulary trained on the train split.")
+    pre_tokenizer: PreTokenizer = Field(
+        "words",
+        description="How the BPE tokenizer cuts text before merging: words (GPT-2's rule, a "
+        "word keeps its leading space) or isolated (every space, punctuation mark and digit on "
+        "its own, so a value is the same tokens in a request and in a JSON tool call: an LM "
+        "that must copy values learns it far sooner).",
+    )
     block_size: int = Field(128, ge=8, description="Tokens per packed training block.")
     batch_size: int = Field(16, ge=1, description="Blocks per micro-batch (split over replicas).")
     max_steps: int = Field(500, ge=1, description="Optimizer steps to train.")
@@ -137,7 +145,9 @@ def _prepare_data(cfg: Config, version: VersionInfo, ckpt_dir: Path | None) -> t
     if saved is not None and (saved / "tokenizer.json").is_file():
         tokenizer = load_tokenizer(saved)
     else:
-        tokenizer = train_bpe_tokenizer(texts["train"], cfg.vocab_size)
+        tokenizer = train_bpe_tokenizer(
+            texts["train"], cfg.vocab_size, pre_tokenizer=cfg.pre_tokenizer
+        )
         if saved is not None:  # a resumed run must see the very same token ids
             tokenizer.save_pretrained(str(saved))
     return tokenizer, lm_blocks(tokenizer, texts, cfg.block_size)
