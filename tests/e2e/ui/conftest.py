@@ -74,13 +74,31 @@ def dashboard(churn_model: dict[str, Any], live_server: Callable[..., Any]) -> D
         keys[role], ids[role] = secret, record["id"]
     server = live_server(reconcile_interval_s=0.2)
     board = Dashboard(server.url, keys, ids)
-    for rows in _quickstart_rows(40, chunk=8):
+    chunks = _quickstart_rows(40, chunk=8)
+    for rows in chunks:
         reply = board.api("POST", "/v1/predict/churn", "client", json={"records": rows})
         assert reply.status_code == 200, reply.text
+    _wait_for_request_log("churn", len(chunks))
     from aifab.ops import collect
 
     collect()  # the request log's compute time becomes this week's spend
     return board
+
+
+def _wait_for_request_log(deployment: str, n: int, timeout_s: float = 60.0) -> None:
+    """Wait until the server's request log holds ``n`` requests of ``deployment``.
+
+    The log is written by a background thread off the request path: on a fast machine the
+    first page could otherwise be drawn before any of this traffic is in it.
+    """
+    import time
+
+    from aifab.inference.request_log import recent_requests
+
+    deadline = time.monotonic() + timeout_s
+    while len(recent_requests(deployment, limit=n)) < n:
+        assert time.monotonic() < deadline, f"request log: fewer than {n} {deployment} requests"
+        time.sleep(0.1)
 
 
 def _quickstart_rows(n: int, chunk: int) -> list[list[dict[str, Any]]]:
