@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import base64
 import binascii
-import io
 import json
 from typing import Any
 
@@ -45,26 +44,19 @@ def thumbnail_of(data: bytes) -> dict[str, Any] | None:
     """``{"thumbnail": base64 PNG, "width", "height", "bytes"}`` of an image, or None.
 
     None when the bytes are not a readable image or are larger than :data:`MAX_LOG_PIXELS`
-    (the header is read first: a decompression bomb is never decoded here).
+    (:func:`~aifab.data.thumbnails.make_thumbnail` reads the header first: a decompression
+    bomb is never decoded here).
     """
-    from PIL import Image
+    from aifab.data.thumbnails import make_thumbnail
 
     try:
-        with Image.open(io.BytesIO(data)) as im:
-            width, height = im.size
-            if width * height > MAX_LOG_PIXELS:
-                return None
-            im.draft("RGB", (THUMB_SIDE, THUMB_SIDE))  # JPEG: decode at a reduced scale
-            small = im.convert("RGB")
-            small.thumbnail((THUMB_SIDE, THUMB_SIDE))
-            buf = io.BytesIO()
-            small.save(buf, format="PNG")
-    except (OSError, ValueError, Image.DecompressionBombError):
+        png, info = make_thumbnail(data, max_pixels=MAX_LOG_PIXELS, size=THUMB_SIDE)
+    except ValueError:
         return None
     return {
-        "thumbnail": base64.b64encode(buf.getvalue()).decode(),
-        "width": width,
-        "height": height,
+        "thumbnail": base64.b64encode(png).decode(),
+        "width": info["width"],
+        "height": info["height"],
         "bytes": len(data),
     }
 

@@ -19,33 +19,22 @@ from typing import Any
 
 from aifab.core.errors import InvalidInputError
 from aifab.data.sources.folders import IMAGE_EXTENSIONS
-from aifab.data.thumbnails import MAX_SOURCE_PIXELS, THUMBNAIL_PX, make_thumbnail
+from aifab.data.thumbnails import MAX_SOURCE_PIXELS, make_thumbnail
 from aifab.inference.multimodal import MAX_IMAGE_BYTES, MAX_IMAGE_PIXELS
 
 __all__ = [
     "CAPTION_FILES",
     "IMAGE_EXTENSIONS",
     "MAX_FILE_PIXELS",
-    "THUMBNAIL_PX",
     "image_url",
     "query_image",
     "read_captions",
-    "thumbnail",
 ]
 
 #: Largest width x height of an image file a KB reads.
 MAX_FILE_PIXELS = MAX_SOURCE_PIXELS
 #: A folder's captions: ``file,caption`` (CSV with a header) or ``{"file", "caption"}`` lines.
 CAPTION_FILES = ("captions.csv", "captions.jsonl")
-
-
-def thumbnail(data: bytes, *, max_pixels: int = MAX_FILE_PIXELS) -> tuple[bytes, dict[str, Any]]:
-    """A checked image -> ``(PNG thumbnail bytes, {width, height, format, mode})``.
-
-    Raises:
-        ValueError: not an image, truncated or corrupt, or over ``max_pixels`` (named).
-    """
-    return make_thumbnail(data, max_pixels=max_pixels, size=THUMBNAIL_PX)
 
 
 def image_url(png: bytes) -> str:
@@ -88,7 +77,7 @@ def query_image(
             f"{field}: {len(value)} bytes is over max_image_bytes ({max_bytes})"
         )
     try:
-        png, _ = thumbnail(value, max_pixels=max_pixels)
+        png, _ = make_thumbnail(value, max_pixels=max_pixels)
     except ValueError as exc:
         raise InvalidInputError(f"{field}: {exc}") from None
     return png
@@ -133,7 +122,7 @@ def image_document(data: bytes, doc_id: str, caption: str | None, source: str) -
     """
     from aifab.rag.documents import Document
 
-    png, info = thumbnail(data)
+    png, info = make_thumbnail(data, max_pixels=MAX_FILE_PIXELS)
     meta: dict[str, Any] = {
         "source": source,
         "type": str(info["format"] or "image").lower(),
