@@ -179,6 +179,7 @@ def test_aifab_serve_in_a_third_directory_serves_the_model_trained_on_ray(
                 f"{url}/v1/predict/churn",
                 json={"records": [RECORD]},
                 headers={"Authorization": f"Bearer {secret}"},
+                timeout=60,  # a loaded 2-core machine: the first predict loads the model
             )
             if answer.status_code != 503 or time.monotonic() > deadline:
                 break
