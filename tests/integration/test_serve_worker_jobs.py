@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -17,6 +16,9 @@ from typing import Any
 
 import httpx
 import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from serve_proc import ENTRY, free_port  # noqa: E402
 
 pytestmark = pytest.mark.integration
 
@@ -38,12 +40,6 @@ def workspace(module_workspace: Path) -> Path:
     return module_workspace
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def _wait_ready(proc: subprocess.Popen[bytes], url: str) -> None:
     deadline = time.monotonic() + 180
     while True:
@@ -62,11 +58,10 @@ def test_jobs_of_the_servers_own_worker_run_while_it_serves(churn_model: dict[st
     from aifab.train.submit import build_job_spec
 
     _, secret = create_key("admin", name="worker-jobs", rate=None)
-    port = _free_port()
+    port = free_port()
     url = f"http://127.0.0.1:{port}"
-    entry = "import sys; from aifab.cli.main import main; sys.argv[0] = 'aifab'; main()"
     server = subprocess.Popen(
-        [sys.executable, "-c", entry, "serve", "--port", str(port)], env=os.environ.copy()
+        [sys.executable, "-c", ENTRY, "serve", "--port", str(port)], env=os.environ.copy()
     )
     stop = threading.Event()
     answered: list[int] = []
