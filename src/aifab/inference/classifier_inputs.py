@@ -6,8 +6,6 @@ field at fault; values come back JSON-ready (dates stay ISO strings) for the req
 
 from __future__ import annotations
 
-import base64
-import binascii
 import io
 import math
 import numbers
@@ -20,6 +18,7 @@ import numpy as np
 import pyarrow as pa
 
 from aifab.core.errors import InvalidInputError
+from aifab.data.image_text import decode_image_text
 
 __all__ = ["Column", "ImageData", "RecordDecoder", "Reject", "column_for_type", "decode_image"]
 
@@ -220,15 +219,10 @@ def image_column(
             return value
         if not isinstance(value, str):
             raise Reject(f"expected a base64-encoded image, got {_kind(value)}")
-        text = value.split(",", 1)[1] if value.startswith("data:") else value
-        if max_bytes is not None and len(text) * 3 // 4 > max_bytes:
-            raise Reject(
-                f"image of ~{len(text) * 3 // 4} bytes is over max_image_bytes ({max_bytes})"
-            )
         try:
-            data = base64.b64decode(text, validate=True)
-        except (binascii.Error, ValueError):
-            raise Reject("not valid base64") from None
+            data = decode_image_text(value, max_bytes=max_bytes)
+        except ValueError as exc:
+            raise Reject(f"image of {exc}" if "max_image_bytes" in str(exc) else str(exc)) from None
         try:
             if max_pixels is not None:
                 _check_pixels(data, max_pixels)

@@ -14,11 +14,12 @@ This runs in the request log's writer thread, never on the request path.
 from __future__ import annotations
 
 import base64
-import binascii
 import json
 from typing import Any
 
-__all__ = ["THUMB_SIDE", "decode_image_text", "fit_records", "thumbnail_of"]
+from aifab.data.image_text import decode_image_text
+
+__all__ = ["THUMB_SIDE", "fit_records", "image_bytes", "thumbnail_of"]
 
 #: Longest side of a logged thumbnail (and of the image the drift statistics are computed on).
 THUMB_SIDE = 32
@@ -30,12 +31,11 @@ MAX_LOG_PIXELS = 4096 * 4096
 _MAGIC = (b"\x89PNG", b"\xff\xd8\xff", b"GIF8", b"RIFF", b"BM")
 
 
-def decode_image_text(value: str) -> bytes | None:
+def image_bytes(value: str) -> bytes | None:
     """The bytes of a base64 or ``data:`` URL string when they start like an image, else None."""
-    text = value.split(",", 1)[1] if value.startswith("data:") else value
     try:
-        data = base64.b64decode(text, validate=True)
-    except (binascii.Error, ValueError):
+        data = decode_image_text(value)
+    except ValueError:
         return None
     return data if data.startswith(_MAGIC) else None
 
@@ -67,7 +67,7 @@ def _shrunk(record: Any) -> Any:
     out: dict[str, Any] = {}
     for key, value in record.items():
         if isinstance(value, str) and len(value) > IMAGE_LOG_CHARS:
-            data = decode_image_text(value)
+            data = image_bytes(value)
             small = thumbnail_of(data) if data is not None else None
             # Not an image, or unreadable: a size note (the drift report counts it unreadable).
             value = small or {"truncated": True, "chars": len(value)}

@@ -9,7 +9,6 @@ encoder embeds and what search results show. A caption, when given, is the docum
 from __future__ import annotations
 
 import base64
-import binascii
 import csv
 import hashlib
 import io
@@ -18,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from aifab.core.errors import InvalidInputError
+from aifab.data.image_text import decode_image_text
 from aifab.data.sources.folders import IMAGE_EXTENSIONS
 from aifab.data.thumbnails import MAX_SOURCE_PIXELS, make_thumbnail
 from aifab.inference.multimodal import MAX_IMAGE_BYTES, MAX_IMAGE_PIXELS
@@ -63,15 +63,10 @@ def query_image(
             or not a readable image; the message starts with ``field``.
     """
     if isinstance(value, str):
-        text = value.split(",", 1)[1] if value.startswith("data:") else value
-        if len(text) * 3 // 4 > max_bytes:
-            raise InvalidInputError(
-                f"{field}: ~{len(text) * 3 // 4} bytes is over max_image_bytes ({max_bytes})"
-            )
         try:
-            value = base64.b64decode(text, validate=True)
-        except (binascii.Error, ValueError):
-            raise InvalidInputError(f"{field}: not valid base64") from None
+            value = decode_image_text(value, max_bytes=max_bytes)
+        except ValueError as exc:
+            raise InvalidInputError(f"{field}: {exc}") from None
     if len(value) > max_bytes:
         raise InvalidInputError(
             f"{field}: {len(value)} bytes is over max_image_bytes ({max_bytes})"

@@ -14,14 +14,13 @@ the same numbers, and width and height come from the original's recorded size.
 
 from __future__ import annotations
 
-import base64
-import binascii
 import io
 from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
+from aifab.data.image_text import decode_image_text
 from aifab.inference.log_records import THUMB_SIDE
 
 __all__ = ["STATS", "image_features"]
@@ -35,10 +34,9 @@ def _bytes(value: Any) -> bytes | None:
     if isinstance(value, bytes | bytearray):
         return bytes(value)
     if isinstance(value, str) and value:
-        text = value.split(",", 1)[1] if value.startswith("data:") else value
         try:
-            return base64.b64decode(text, validate=True)
-        except (binascii.Error, ValueError):
+            return decode_image_text(value)
+        except ValueError:
             return None
     return None
 
