@@ -6,7 +6,6 @@ bucket. aifab talks to it through s3fs exactly as it would to AWS S3 or MinIO.
 
 from __future__ import annotations
 
-import socket
 import subprocess
 import sys
 import time
@@ -14,11 +13,7 @@ import uuid
 
 import httpx
 
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+from serve_proc import free_port
 
 
 class MotoS3Server:
@@ -32,7 +27,7 @@ class MotoS3Server:
     }
 
     def __init__(self) -> None:
-        self.port = _free_port()
+        self.port = free_port()
         self.endpoint = f"http://127.0.0.1:{self.port}"
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(self.port)],

@@ -24,31 +24,37 @@ def free_port() -> int:
 
 
 @contextmanager
-def aifab_serve(
-    env: dict[str, str], cwd: Path, *args: str, timeout_s: float = 180.0
-) -> Iterator[str]:
-    """Run ``aifab serve --port P ARGS`` in ``cwd`` until it answers; yield its base URL.
+def http_process(
+    cmd: list[str],
+    health_url: str,
+    *,
+    cwd: Path | None = None,
+    env: dict[str, str] | None = None,
+    log: Path | None = None,
+    timeout_s: float = 180.0,
+) -> Iterator[subprocess.Popen[bytes]]:
+    """Run ``cmd`` until ``health_url`` answers 200; yield the process; stop it afterwards.
 
-    The server is stopped (SIGTERM, then SIGKILL after 30 s) when the block ends.
+    Output goes to ``log`` (quoted when the process dies before answering). The process is
+    stopped with SIGTERM, then SIGKILL after 30 s, when the block ends.
     """
-    port = free_port()
-    cmd = [sys.executable, "-c", ENTRY, "serve", "--port", str(port), *args]
-    proc = subprocess.Popen(cmd, cwd=cwd, env=env, stderr=subprocess.PIPE, text=True)
-    url = f"http://127.0.0.1:{port}"
+    out = open(log, "wb") if log else subprocess.DEVNULL  # noqa: SIM115 - closed below
+    proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdout=out, stderr=subprocess.STDOUT)
     try:
         deadline = time.monotonic() + timeout_s
         while True:
             try:
-                if httpx.get(f"{url}/healthz", timeout=2).status_code == 200:
+                if httpx.get(health_url, timeout=2).status_code == 200:
                     break
             except httpx.TransportError:
                 pass
             if proc.poll() is not None:
-                raise AssertionError(f"aifab serve exited: {proc.stderr.read()[-3000:]}")
+                tail = log.read_text(errors="replace")[-3000:] if log else ""
+                raise AssertionError(f"{cmd[:4]} exited with {proc.returncode}: {tail}")
             if time.monotonic() > deadline:
-                raise AssertionError(f"aifab serve did not answer within {timeout_s:g} s")
+                raise AssertionError(f"{health_url} did not answer within {timeout_s:g} s")
             time.sleep(0.3)
-        yield url
+        yield proc
     finally:
         proc.terminate()
         try:
@@ -56,5 +62,22 @@ def aifab_serve(
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
-        if proc.stderr:
-            proc.stderr.close()
+        if log:
+            out.close()  # type: ignore[union-attr]
+
+
+@contextmanager
+def aifab_serve(
+    env: dict[str, str], cwd: Path, *args: str, timeout_s: float = 180.0
+) -> Iterator[str]:
+    """Run ``aifab serve --port P ARGS`` in ``cwd`` until it answers; yield its base URL.
+
+    Its output goes to ``cwd/aifab-serve.log``; the server is stopped when the block ends.
+    """
+    port = free_port()
+    cmd = [sys.executable, "-c", ENTRY, "serve", "--port", str(port), *args]
+    url = f"http://127.0.0.1:{port}"
+    with http_process(
+        cmd, f"{url}/healthz", cwd=cwd, env=env, log=cwd / "aifab-serve.log", timeout_s=timeout_s
+    ):
+        yield url

@@ -7,7 +7,6 @@ import datetime as dt
 import logging
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import time
@@ -23,18 +22,15 @@ from prometheus_client.parser import text_string_to_metric_families
 from aifab.inference.deployments import create_deployment, list_deployments
 from aifab.serve.keys import create_key
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from serve_proc import free_port  # noqa: E402
+
 pytestmark = pytest.mark.integration
 
 
 @pytest.fixture(autouse=True)
 def workspace(module_workspace: Path) -> Path:
     return module_workspace
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def wait_for(check: Callable[[], Any], timeout: float = 60.0, what: str = "condition") -> Any:

@@ -19,13 +19,10 @@ from pathlib import Path
 import httpx
 import pytest
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from serve_proc import free_port  # noqa: E402
+
 pytestmark = pytest.mark.integration
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _start(port: int) -> subprocess.Popen[bytes]:
@@ -66,7 +63,7 @@ def test_sigterm_stops_the_server_under_issue_19_floods(workspace: Path) -> None
     wide = json.dumps(
         {"records": [{f"c{j}": float(i + j) for j in range(2048)} for i in range(500)]}
     ).encode()
-    port = _free_port()
+    port = free_port()
     proc = _start(port)
     url = f"http://127.0.0.1:{port}"
     stop = threading.Event()
@@ -111,7 +108,7 @@ def test_sigterm_stops_the_server_with_a_request_in_flight(workspace: Path) -> N
     from aifab.serve.keys import create_key
 
     _, secret = create_key("client", name="pusher", rate=None, datasets="*")
-    port = _free_port()
+    port = free_port()
     proc = _start(port)
     try:
         # A client that sends half its body and stalls: the request stays in flight.
@@ -153,7 +150,7 @@ def test_sigterm_stops_the_server_while_renders_attack(workspace: Path) -> None:
         create_key("client", name=f"renderer{i}", rate=None, token_quota=None)[1] for i in range(7)
     ]
     names = ["loops", "macros"] * 3 + ["loops"]
-    port = _free_port()
+    port = free_port()
     proc = _start(port)
     base = f"http://127.0.0.1:{port}"
 

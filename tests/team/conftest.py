@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).parent))
+# pg.py and the helpers it shares with other tiers (tests/serve_proc.py) import by name.
+sys.path[:0] = [str(Path(__file__).parent), str(Path(__file__).parents[1])]
 
 from pg import PostgresServer, find_bindir  # noqa: E402
 

@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import os
 import shutil
-import socket
 import subprocess
 import tempfile
 import time
 import uuid
 from pathlib import Path
+
+from serve_proc import free_port
 
 
 def find_bindir() -> tuple[Path | None, str]:
@@ -31,19 +32,13 @@ def find_bindir() -> tuple[Path | None, str]:
     return bindir, ""
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 class PostgresServer:
     """One PostgreSQL cluster in a temp dir; :meth:`new_database` hands out fresh databases."""
 
     def __init__(self, bindir: Path) -> None:
         self.bindir = bindir
         self.root = Path(tempfile.mkdtemp(prefix="aifab-pg-"))
-        self.port = _free_port()
+        self.port = free_port()
         self.user = "postgres" if os.geteuid() == 0 else os.environ.get("USER", "postgres")
         os.chmod(self.root, 0o755)
         if os.geteuid() == 0:

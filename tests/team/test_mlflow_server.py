@@ -7,62 +7,36 @@ model then loads with aifab's loader and with MLflow's, and the server answers p
 from __future__ import annotations
 
 import os
-import socket
-import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 
 from aifab.core.db import reset_engines
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from serve_proc import free_port, http_process  # noqa: E402
 
 pytestmark = [pytest.mark.slow, pytest.mark.integration]
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @pytest.fixture
 def mlflow_server(pg_server: Any, tmp_path: Path) -> Iterator[str]:
     """``mlflow server`` on 127.0.0.1 with a PostgreSQL store; its URL."""
-    port = _free_port()
+    port = free_port()
     cmd = [sys.executable, "-m", "mlflow", "server", "--host", "127.0.0.1", "--port", str(port)]
     cmd += ["--backend-store-uri", pg_server.new_database("mlflow"), "--workers", "1"]
     cmd += ["--artifacts-destination", str(tmp_path / "mlartifacts")]
     path = os.pathsep.join([os.path.dirname(sys.executable), os.environ.get("PATH", "")])
-    log = open(tmp_path / "mlflow-server.log", "wb")  # noqa: SIM115 - closed below
-    proc = subprocess.Popen(
-        cmd, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, "PATH": path}
-    )
     url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 120
-        while True:
-            assert proc.poll() is None, (tmp_path / "mlflow-server.log").read_text()[-3000:]
-            try:
-                if httpx.get(f"{url}/health", timeout=2).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            assert time.monotonic() < deadline, "mlflow server did not start in 120 s"
-            time.sleep(0.5)
+    env = {**os.environ, "PATH": path}
+    with http_process(
+        cmd, f"{url}/health", env=env, log=tmp_path / "mlflow-server.log", timeout_s=120
+    ):
         yield url
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-        log.close()
 
 
 def test_train_register_alias_deploy_serve_through_an_mlflow_server(
