@@ -13,6 +13,7 @@ from __future__ import annotations
 import concurrent.futures
 import json
 import os
+import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -163,6 +164,27 @@ def _refusal(base_url: str, status: int, text: str, key_env: str = API_KEY_ENV) 
     return UpstreamError(f"chat endpoint {base_url} answered {status}: {message}")
 
 
+_CLIENT_LOCK = threading.Lock()
+_CLIENT: tuple[int, Any] | None = None
+
+
+def _shared_client() -> Any:
+    """The HTTP client of this process: its pool keeps connections, its SSL context loads once.
+
+    A client per request cost an SSL context (the CA bundle read, ~5-35 ms) and a TCP connect
+    on every model call of an agent. httpx's client is thread-safe; a forked child makes its
+    own rather than share the parent's sockets.
+    """
+    global _CLIENT
+    import httpx
+
+    with _CLIENT_LOCK:
+        if _CLIENT is None or _CLIENT[0] != os.getpid():
+            limits = httpx.Limits(max_connections=64, max_keepalive_connections=16)
+            _CLIENT = (os.getpid(), httpx.Client(limits=limits))
+        return _CLIENT[1]
+
+
 class OpenAIChat:
     """An OpenAI-compatible ``/chat/completions`` endpoint at ``base_url``."""
 
@@ -197,30 +219,34 @@ class OpenAIChat:
         }
         headers = {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
         timeout = self.timeout_s if timeout_s is None else timeout_s
-        client = httpx.Client(timeout=httpx.Timeout(timeout, connect=min(5.0, timeout)))
+        client = _shared_client()
         try:
             request = client.build_request(
                 "POST",
                 f"{self.base_url}/chat/completions",
                 json={**body, "stream": stream},
                 headers=headers,
+                timeout=httpx.Timeout(timeout, connect=min(5.0, timeout)),
             )
-            response = client.send(request, stream=stream)
+            try:
+                response = client.send(request, stream=stream)
+            except httpx.RemoteProtocolError:
+                # A kept-alive connection the server closed as we reused it: send once more
+                # on a fresh one (no answer was read, so nothing is repeated for the caller).
+                response = client.send(request, stream=stream)
         except httpx.TimeoutException:
-            client.close()
             raise UpstreamTimeout(
                 f"chat endpoint {self.base_url} did not answer within {timeout:g} s"
             ) from None
         except httpx.HTTPError as exc:
-            client.close()
             raise UpstreamError(
                 f"chat endpoint {self.base_url} unreachable: {first_line(exc)}"
             ) from None
         if response.status_code >= 400:
             response.read()
-            client.close()
+            response.close()
             raise _refusal(self.base_url, response.status_code, response.text, self.key_env)
-        return client, response
+        return response
 
     def post_json(
         self,
@@ -237,7 +263,7 @@ class OpenAIChat:
             UpstreamTimeout: no answer within ``timeout_s`` (default: the model's).
             InvalidInputError: the endpoint refused the request as malformed (400/413/422).
         """
-        client, response = self._post(messages, max_tokens, False, extra, timeout_s)
+        response = self._post(messages, max_tokens, False, extra, timeout_s)
         try:
             return response.json()
         except ValueError:
@@ -245,11 +271,11 @@ class OpenAIChat:
                 f"chat endpoint {self.base_url} answered {response.status_code}, not JSON"
             ) from None
         finally:
-            client.close()
+            response.close()
 
     def complete(self, messages: list[dict[str, str]], *, max_tokens: int) -> ChatResult:
         """One non-streaming request."""
-        client, response = self._post(messages, max_tokens, stream=False)
+        response = self._post(messages, max_tokens, stream=False)
         try:
             data = response.json()
             text = data["choices"][0]["message"]["content"]
@@ -259,14 +285,14 @@ class OpenAIChat:
                 f"chat endpoint {self.base_url}: not an OpenAI chat completion ({exc!r})"
             ) from None
         finally:
-            client.close()
+            response.close()
         return ChatResult(str(text or ""), str(data.get("model") or self.model), usage)
 
     def stream(self, messages: list[dict[str, str]], *, max_tokens: int) -> Iterator[str]:
         """Yield the ``delta.content`` pieces of the SSE stream."""
         import httpx
 
-        client, response = self._post(messages, max_tokens, stream=True)
+        response = self._post(messages, max_tokens, stream=True)
         try:
             for line in response.iter_lines():
                 if not line.startswith("data:"):
@@ -286,7 +312,6 @@ class OpenAIChat:
             raise UpstreamError(f"chat endpoint {self.base_url}: {first_line(exc)}") from None
         finally:
             response.close()
-            client.close()
 
 
 def chat_model(
