@@ -71,8 +71,8 @@ def main() -> None:
 
         print("training the quickstart churn model (once per workspace)...", flush=True)
         run_pipeline(ROOT / "examples" / "quickstart" / "pipeline.yaml")
-    from aifab.ops.explain import ShapleyExplainer
-    from aifab.ops.explain_model import load_tabular
+    from aifab.ops.explain.explainers import ShapleyExplainer
+    from aifab.ops.explain.model import load_tabular
 
     model = load_tabular("churn@champion")
     records = (model.test_records * 4)[: args.records]

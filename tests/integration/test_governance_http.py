@@ -12,7 +12,7 @@ import pytest
 
 from aifab.inference.deployments import create_deployment, list_deployments
 from aifab.ops import set_budget
-from aifab.ops.explain_model import load_tabular
+from aifab.ops.explain.model import load_tabular
 from aifab.serve.keys import create_key
 
 pytestmark = pytest.mark.integration

@@ -420,7 +420,7 @@ def _served_model(c: httpx.Client) -> str:
 
 
 def test_gate_failure_changes_nothing_for_clients(env) -> None:
-    from aifab.ops.policies import create_policy
+    from aifab.ops.policy.service import create_policy
     from aifab.track.registry import resolve_model
 
     c = env["client"]
@@ -452,7 +452,7 @@ def _labelled_requests(c: httpx.Client, deployment: str, rows: list[dict[str, An
 def test_gate_scores_recent_labelled_traffic(env) -> None:
     from aifab.inference.loading import load_served_model
     from aifab.ops.gate import evaluate_gate
-    from aifab.ops.policy_spec import GateSpec
+    from aifab.ops.policy.spec import GateSpec
     from aifab.track.registry import resolve_model
 
     c = env["client"]
@@ -499,7 +499,7 @@ def test_gate_scores_recent_labelled_traffic(env) -> None:
 
 def test_failed_retraining_alerts_and_changes_nothing_for_clients(env) -> None:
     from aifab.ops.alerts import list_alerts
-    from aifab.ops.policies import create_policy
+    from aifab.ops.policy.service import create_policy
     from aifab.track.registry import resolve_model
 
     c = env["client"]
@@ -535,7 +535,7 @@ def test_failed_retraining_alerts_and_changes_nothing_for_clients(env) -> None:
 
 
 def test_canary_worse_on_labelled_feedback_is_rolled_back(env) -> None:
-    from aifab.ops.policies import create_policy
+    from aifab.ops.policy.service import create_policy
     from aifab.track.registry import resolve_model
 
     c = env["client"]
@@ -585,7 +585,7 @@ def test_alert_retrain_gate_canary_promote(env, cli) -> None:
     from aifab.core.audit import AuditEvent
     from aifab.core.db import session_scope
     from aifab.jobs.service import get_job
-    from aifab.ops.policies import create_policy
+    from aifab.ops.policy.service import create_policy
     from aifab.track.registry import resolve_model
 
     c = env["client"]

@@ -25,7 +25,7 @@ def list_(
 ) -> None:
     """Show recent audit events (who did what to which object, when)."""
     from aifab.core import audit_events
-    from aifab.ops.cost import parse_since
+    from aifab.ops.cost.ledger import parse_since
 
     rows = audit_events(
         limit=limit,

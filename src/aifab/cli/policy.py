@@ -28,7 +28,7 @@ def create_command(
     as_json: bool = typer.Option(False, "--json", help=JSON_HELP),
 ) -> None:
     """Create a policy from YAML (deployment, model, trigger, retrain, gate, canary)."""
-    from aifab.ops.policies import create_policy
+    from aifab.ops.policy.service import create_policy
 
     out = create_policy(name, spec)
     emit(out, True) if as_json else sys.stdout.write(f"created policy {name}\n")
@@ -37,7 +37,7 @@ def create_command(
 @policy_app.command("list")
 def list_command(as_json: bool = typer.Option(False, "--json", help=JSON_HELP)) -> None:
     """List policies."""
-    from aifab.ops.policies import list_policies
+    from aifab.ops.policy.service import list_policies
 
     emit(list_policies(), as_json, ["name", "deployment", "model", "monitor", "created_by"])
 
@@ -48,7 +48,7 @@ def show_command(
     as_json: bool = typer.Option(False, "--json", help=JSON_HELP),
 ) -> None:
     """A policy and its latest run."""
-    from aifab.ops.policies import get_policy
+    from aifab.ops.policy.service import get_policy
 
     p = get_policy(name)
     if as_json:
@@ -103,7 +103,7 @@ def history_command(
     as_json: bool = typer.Option(False, "--json", help=JSON_HELP),
 ) -> None:
     """A policy's runs, newest first, each with the record that explains it."""
-    from aifab.ops.policies import policy_history
+    from aifab.ops.policy.service import policy_history
 
     runs = policy_history(name, limit)
     if as_json:

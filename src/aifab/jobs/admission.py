@@ -10,7 +10,7 @@ from aifab.core.registry import Registry
 from aifab.jobs.spec import JobSpec
 
 #: Check name -> ``"module:function"``; the function takes a JobSpec and returns nothing.
-ADMISSION_CHECKS = Registry("admission check", {"budget": "aifab.ops.budget:check_job_budget"})
+ADMISSION_CHECKS = Registry("admission check", {"budget": "aifab.ops.cost.budget:check_job_budget"})
 
 
 def check_admission(job: JobSpec) -> None:

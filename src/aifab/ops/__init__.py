@@ -10,9 +10,9 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from aifab.ops.alerts import alert_history, list_alerts, list_silences, silence_alerts
-from aifab.ops.budget import budget_status, delete_budget, list_budgets, set_budget
-from aifab.ops.cost import collect, cost_report
-from aifab.ops.cost_prices import load_prices
+from aifab.ops.cost.budget import budget_status, delete_budget, list_budgets, set_budget
+from aifab.ops.cost.ledger import collect, cost_report
+from aifab.ops.cost.prices import load_prices
 from aifab.ops.drift import DriftOptions, drift_report
 from aifab.ops.drift.view import drift_distribution
 from aifab.ops.feedback import record_feedback
@@ -55,15 +55,15 @@ __all__ = [
 ]
 
 if TYPE_CHECKING:
-    from aifab.ops.card import build_card
-    from aifab.ops.explain import explain_records, global_explanation
+    from aifab.ops.card.build import build_card
+    from aifab.ops.explain.explainers import explain_records, global_explanation
     from aifab.ops.fairness import fairness_gate, fairness_report
 
 #: Exported lazily: they import torch (through the model handler) when first used.
 _LAZY = {
-    "build_card": "aifab.ops.card",
-    "explain_records": "aifab.ops.explain",
-    "global_explanation": "aifab.ops.explain",
+    "build_card": "aifab.ops.card.build",
+    "explain_records": "aifab.ops.explain.explainers",
+    "global_explanation": "aifab.ops.explain.explainers",
     "fairness_gate": "aifab.ops.fairness",
     "fairness_report": "aifab.ops.fairness",
 }

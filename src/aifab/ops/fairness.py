@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 
 from aifab.core.errors import InvalidInputError
-from aifab.ops.explain_model import TabularModel, dataset_rows, load_tabular
+from aifab.ops.explain.model import TabularModel, dataset_rows, load_tabular
 
 __all__ = ["MISSING", "fairness_gate", "fairness_report"]
 

@@ -3,7 +3,7 @@
 Both the champion and the candidate are loaded as served (the same handler code as the server)
 and scored on the same rows, hold-out and recent labelled traffic of the deployment (request
 log joined with feedback); fairness comes from fairlearn over the declared sensitive column.
-The judgement itself is :func:`aifab.ops.retrain_policy.gate`.
+The judgement itself is :func:`aifab.ops.policy.retrain.gate`.
 """
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ import numpy as np
 import pyarrow as pa
 
 from aifab.core.errors import AifabError, InvalidInputError
-from aifab.ops.policy_spec import FairnessBound, GateSpec, RecentTrafficSpec
-from aifab.ops.retrain_policy import GateResult, gate
+from aifab.ops.policy.retrain import GateResult, gate
+from aifab.ops.policy.spec import FairnessBound, GateSpec, RecentTrafficSpec
 
 __all__ = ["evaluate_gate", "measure_model"]
 

@@ -2,7 +2,7 @@
 
 :func:`run_policy` walks the steps, records each as an audit event and writes one history record
 that explains the outcome; :func:`dry_run` says what would happen and changes nothing. The
-decisions are :mod:`aifab.ops.retrain_policy`'s pure functions.
+decisions are :mod:`aifab.ops.policy.retrain`'s pure functions.
 """
 
 from __future__ import annotations
@@ -14,9 +14,9 @@ from aifab.core.audit import record_event
 from aifab.core.db import session_scope
 from aifab.core.errors import AifabError
 from aifab.core.registry import load_target
-from aifab.ops.policies import _get, last_started
-from aifab.ops.policy_spec import CanaryQualitySpec, PolicySpec
-from aifab.ops.retrain_policy import GateResult, Quality, canary_decision, may_promote, trigger
+from aifab.ops.policy.retrain import GateResult, Quality, canary_decision, may_promote, trigger
+from aifab.ops.policy.service import _get, last_started
+from aifab.ops.policy.spec import CanaryQualitySpec, PolicySpec
 from aifab.ops.tables import PolicyRunRow
 
 __all__ = ["dry_run", "run_policy"]

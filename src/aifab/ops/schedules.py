@@ -76,7 +76,7 @@ def _check_target(kind: str, target: str) -> str:
             raise InvalidInputError(f"--{kind} {target}: no such file")
         return str(path)
     if kind == "policy":
-        from aifab.ops.policies import get_policy
+        from aifab.ops.policy.service import get_policy
 
         get_policy(target)  # NotFoundError names the policies there are
         return target

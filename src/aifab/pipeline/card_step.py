@@ -56,7 +56,7 @@ def card(ctx: StepContext, params: Mapping[str, Any]) -> PreparedStep:
         raise InvalidInputError(f"with.owner_file: {owner} does not exist")
 
     def run() -> StepOutputs:
-        from aifab.ops.card import build_card
+        from aifab.ops.card.build import build_card
 
         result = build_card(
             pinned,

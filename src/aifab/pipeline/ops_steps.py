@@ -13,7 +13,7 @@ from pydantic import Field, model_validator
 
 from aifab.core.config import StrictConfig
 from aifab.core.errors import AifabError, InvalidInputError, NotFoundError
-from aifab.ops.policy_spec import GateSpec
+from aifab.ops.policy.spec import GateSpec
 from aifab.pipeline.spec import PreparedStep, StepContext, StepOutputs
 
 

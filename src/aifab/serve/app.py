@@ -64,7 +64,7 @@ def create_app(
         The app; serve it with uvicorn (``aifab serve`` does).
     """
     from aifab.inference.request_log import RequestLogger
-    from aifab.ops.budget import BudgetGate
+    from aifab.ops.cost.budget import BudgetGate
     from aifab.serve.limits import RateLimiter, TokenQuota
     from aifab.serve.manager import DeploymentManager
 

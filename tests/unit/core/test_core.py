@@ -39,7 +39,7 @@ def test_migrations_match_the_orm_tables() -> None:
     import aifab.data.tables  # noqa: F401
     import aifab.inference.tables  # noqa: F401
     import aifab.jobs.tables  # noqa: F401
-    import aifab.ops.cost_tables  # noqa: F401
+    import aifab.ops.cost.tables  # noqa: F401
     import aifab.ops.tables  # noqa: F401
     import aifab.pipeline.tables  # noqa: F401
     import aifab.prompts.tables  # noqa: F401

@@ -12,7 +12,7 @@ from aifab.core.errors import InvalidInputError
 
 def test_ops_and_rag_names_refuse_a_trailing_newline() -> None:
     from aifab.ops import create_monitor, set_budget
-    from aifab.ops.policies import create_policy
+    from aifab.ops.policy.service import create_policy
     from aifab.ops.schedules import create_schedule
     from aifab.rag import create_kb
 

@@ -66,7 +66,7 @@ def test_shipped_yaml_validates(path: Path) -> None:
         return
     if path.parent.name == "drift":
         from aifab.ops.monitor_spec import MonitorSpec
-        from aifab.ops.policies import load_policy_spec
+        from aifab.ops.policy.service import load_policy_spec
 
         if path.name == "monitor.yaml":
             load_config(MonitorSpec, path)

@@ -197,7 +197,7 @@ def test_images_are_capped_before_decoding(
 def test_explanations_split_a_prediction_by_modality(
     fused: dict[str, Any], parcels: list[dict[str, Any]]
 ) -> None:
-    from aifab.ops.explain import explain_records
+    from aifab.ops.explain.explainers import explain_records
 
     out = explain_records("parcels-fused@1", _records(parcels, 2))
     assert out["method"] == "modality"
@@ -379,7 +379,7 @@ def test_onnx_export_report_holds_the_fusion_model_to_the_attention_tolerance(
 
 
 def test_model_card_shows_each_modality_source(fused: dict[str, Any], tmp_path: Path) -> None:
-    from aifab.ops.card import build_card
+    from aifab.ops.card.build import build_card
 
     out = build_card("parcels-fused@1", explain=False, attach=False, out_dir=tmp_path)
     inputs = {i["modality"]: i for i in out["card"]["inputs"]}

@@ -14,7 +14,7 @@ from aifab.core.errors import BudgetExceededError, InvalidInputError, NotFoundEr
 from aifab.inference.request_log import RequestLogger
 from aifab.jobs import submit
 from aifab.ops import budget_status, delete_budget, list_budgets, set_budget
-from aifab.ops.budget import BudgetGate
+from aifab.ops.cost.budget import BudgetGate
 from aifab.serve.auth import Principal, require
 from aifab.serve.errors import install_error_handlers
 from aifab.serve.keys import create_key
@@ -115,7 +115,7 @@ def test_the_gateway_answers_429_naming_the_budget(caplog: pytest.LogCaptureFixt
     auth = {"Authorization": f"Bearer {secret}"}
     assert client.post("/invoke", headers=auth).status_code == 200  # no budget yet
     set_budget("growth", 0.05, period="month")
-    with caplog.at_level(logging.WARNING, logger="aifab.ops.budget"):
+    with caplog.at_level(logging.WARNING, logger="aifab.ops.cost.budget"):
         gate.refresh()
     assert "budget over: team 'growth'" in caplog.text
     r = client.post("/invoke", headers=auth)

@@ -13,7 +13,7 @@ from aifab.core import audit_events
 from aifab.core.errors import InvalidInputError
 from aifab.inference.request_log import RequestLogger
 from aifab.ops import collect, cost_report, load_prices
-from aifab.ops.cost import parse_since
+from aifab.ops.cost.ledger import parse_since
 from aifab.serve.keys import create_key
 
 

@@ -6,9 +6,9 @@ from datetime import UTC, datetime
 
 import pytest
 
-from aifab.ops.budget_policy import evaluate, period_start
-from aifab.ops.cost_prices import Prices
-from aifab.ops.cost_pricing import UNASSIGNED, price_attempt, price_traffic
+from aifab.ops.cost.budget_policy import evaluate, period_start
+from aifab.ops.cost.prices import Prices
+from aifab.ops.cost.pricing import UNASSIGNED, price_attempt, price_traffic
 
 PRICES = Prices(cpu_hour=1.0, gpu_hour=10.0, memory_gb_hour=0.5, tokens_1k=2.0, request=0.01)
 

@@ -14,8 +14,8 @@ import pytest
 
 from aifab.core.errors import InvalidInputError
 from aifab.ops import build_card, explain_records, fairness_gate, fairness_report
-from aifab.ops.explain import ShapleyExplainer
-from aifab.ops.explain_model import load_tabular
+from aifab.ops.explain.explainers import ShapleyExplainer
+from aifab.ops.explain.model import load_tabular
 
 
 @pytest.fixture
@@ -204,7 +204,7 @@ def test_broadcast_coalitions_equal_the_per_background_row_path(
     """Records whose columns all have owners take one broadcast; the result is the same."""
     import torch
 
-    import aifab.ops.explain as explain
+    import aifab.ops.explain.explainers as explain
 
     rows = model.test_records[:4]
     fast = ShapleyExplainer().explain(model, rows)

@@ -7,7 +7,7 @@ from typing import Any
 from aifab.ops.alert_rules import Breach
 from aifab.ops.alerts import process_breaches
 from aifab.ops.loop import run_policy
-from aifab.ops.policies import create_policy, policy_history
+from aifab.ops.policy.service import create_policy, policy_history
 
 
 def _policy(cooldown_s: float) -> dict[str, Any]:

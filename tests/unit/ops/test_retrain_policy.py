@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from aifab.ops.retrain_policy import (
+from aifab.ops.policy.retrain import (
     GateResult,
     Quality,
     canary_decision,

@@ -141,7 +141,7 @@ def test_the_worker_loop_runs_due_schedules(tmp_path: Path) -> None:
 
 
 def test_a_policy_schedule_evaluates_the_policy() -> None:
-    from aifab.ops.policies import create_policy, policy_history
+    from aifab.ops.policy.service import create_policy, policy_history
 
     create_policy(
         "loop",

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from aifab.ops.explain_shapley import EXACT_MAX, coalitions, masked_inputs, owners
+from aifab.ops.explain.shapley import EXACT_MAX, coalitions, masked_inputs, owners
 
 
 def test_exact_values_of_a_known_game() -> None:

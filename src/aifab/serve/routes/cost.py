@@ -6,8 +6,8 @@ from typing import Any
 
 from fastapi import APIRouter, Depends, Query
 
-from aifab.ops.budget import budget_status
-from aifab.ops.cost import cost_report
+from aifab.ops.cost.budget import budget_status
+from aifab.ops.cost.ledger import cost_report
 from aifab.serve.auth import Principal, require
 
 router = APIRouter(tags=["cost"])

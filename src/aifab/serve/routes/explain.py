@@ -11,7 +11,7 @@ from typing import Any
 
 from fastapi import APIRouter, Depends, Request
 
-from aifab.ops.explain import explain_records
+from aifab.ops.explain.explainers import explain_records
 from aifab.serve.auth import Principal, require
 from aifab.serve.errors import ApiError
 

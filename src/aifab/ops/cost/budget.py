@@ -19,9 +19,9 @@ from aifab.core.audit import record_event
 from aifab.core.db import session_scope
 from aifab.core.errors import BudgetExceededError, InvalidInputError, NotFoundError
 from aifab.core.names import TEAM, is_full_match
-from aifab.ops.budget_policy import PERIODS, BudgetStatus, evaluate
-from aifab.ops.cost import collect
-from aifab.ops.cost_tables import BudgetRow, CostEntryRow
+from aifab.ops.cost.budget_policy import PERIODS, BudgetStatus, evaluate
+from aifab.ops.cost.ledger import collect
+from aifab.ops.cost.tables import BudgetRow, CostEntryRow
 
 __all__ = [
     "BudgetGate",
@@ -32,7 +32,7 @@ __all__ = [
     "set_budget",
 ]
 
-log = logging.getLogger("aifab.ops.budget")
+log = logging.getLogger("aifab.ops.cost.budget")
 _KEYS = table("api_keys", column("id"), column("team"))
 
 
@@ -121,7 +121,7 @@ def budget_status(team: str | None = None, *, refresh: bool = True) -> list[dict
 
     Args:
         team: only this team.
-        refresh: roll new usage into the ledger first (:func:`aifab.ops.cost.collect`).
+        refresh: roll new usage into the ledger first (:func:`aifab.ops.cost.ledger.collect`).
 
     Returns:
         Records with ``team``, ``amount``, ``period``, ``alert_at``, ``period_start``,

@@ -20,7 +20,7 @@ from aifab.core.settings import get_settings
 from aifab.inference.classifier import ClassifierHandler
 from aifab.inference.multimodal import absent_inputs
 from aifab.models.checkpoint import read_sidecar
-from aifab.ops.explain_model import softmax
+from aifab.ops.explain.model import softmax
 from aifab.track.registry import download_model, resolve_model
 
 __all__ = ["explain_modalities", "is_multimodal", "modality_shapley"]

@@ -1,7 +1,7 @@
 """The cost ledger: roll job accounting and the gateway's request log up into priced entries.
 
 ``collect`` reads what is new since its cursors (finished attempts, request-log rows), prices
-it with :mod:`aifab.ops.cost_pricing` and appends entries; it sits beside the request path,
+it with :mod:`aifab.ops.cost.pricing` and appends entries; it sits beside the request path,
 never in it. ``cost_report`` groups the ledger by team, project, model, deployment or day.
 """
 
@@ -21,9 +21,9 @@ from aifab.core.db import session_scope
 from aifab.core.errors import InvalidInputError
 from aifab.inference.tables import RequestLogRow
 from aifab.jobs.tables import AttemptRow, JobRow
-from aifab.ops.cost_prices import Prices, load_prices
-from aifab.ops.cost_pricing import Entry, day_of, price_attempt, price_traffic
-from aifab.ops.cost_tables import CostCursorRow, CostEntryRow
+from aifab.ops.cost.prices import Prices, load_prices
+from aifab.ops.cost.pricing import Entry, day_of, price_attempt, price_traffic
+from aifab.ops.cost.tables import CostCursorRow, CostEntryRow
 
 # The gateway's keys table by name: ``ops`` sits below ``serve`` and only reads two columns.
 _KEYS = table("api_keys", column("id"), column("team"), column("project"))

@@ -13,8 +13,8 @@ import numpy as np
 
 from aifab.core.errors import InvalidInputError
 from aifab.core.registry import Registry
-from aifab.ops.explain_model import TabularModel, load_tabular
-from aifab.ops.explain_shapley import EXACT_MAX, coalitions, masked_inputs, owners
+from aifab.ops.explain.model import TabularModel, load_tabular
+from aifab.ops.explain.shapley import EXACT_MAX, coalitions, masked_inputs, owners
 
 __all__ = [
     "EXPLAINERS",
@@ -137,7 +137,7 @@ def _shown(value: Any) -> Any:
     return value
 
 
-EXPLAINERS = Registry("explainer", {"shapley": "aifab.ops.explain:ShapleyExplainer"})
+EXPLAINERS = Registry("explainer", {"shapley": "aifab.ops.explain.explainers:ShapleyExplainer"})
 
 
 def explain_records(
@@ -147,7 +147,7 @@ def explain_records(
 
     Args:
         ref: ``NAME@VERSION`` or ``NAME@ALIAS`` of a tabular classifier, or of a multimodal
-            one (explained per modality: ``aifab.ops.explain_modality``).
+            one (explained per modality: ``aifab.ops.explain.modality``).
         records: request records, as ``POST /v1/predict`` takes them.
         method: an explainer name (``shapley``).
         top: keep the ``top`` largest contributions per record (default: all).
@@ -162,7 +162,7 @@ def explain_records(
     """
     if top is not None and top < 1:
         raise InvalidInputError(f"top: expected at least 1, got {top}")
-    from aifab.ops.explain_modality import explain_modalities, is_multimodal
+    from aifab.ops.explain.modality import explain_modalities, is_multimodal
 
     # A multimodal model is explained per modality (Shapley over image, text, fields).
     if method in ("shapley", "modality") and is_multimodal(ref):

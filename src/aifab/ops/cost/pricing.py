@@ -11,7 +11,7 @@ from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from aifab.ops.cost_prices import Prices
+from aifab.ops.cost.prices import Prices
 
 __all__ = ["Entry", "UNASSIGNED", "day_of", "price_attempt", "price_traffic"]
 

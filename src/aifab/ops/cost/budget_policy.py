@@ -1,6 +1,6 @@
 """Budget decisions, pure: a period's window, and where a team stands against its budget.
 
-Tested alone, like ``jobs/policy.py``; ``aifab.ops.budget`` reads the ledger and calls these.
+Tested alone, like ``jobs/policy.py``; ``aifab.ops.cost.budget`` reads the ledger and calls these.
 """
 
 from __future__ import annotations

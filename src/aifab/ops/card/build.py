@@ -22,7 +22,7 @@ from aifab.core.errors import AifabError, NotFoundError
 from aifab.core.workspace import get_workspace
 from aifab.data.catalog import resolve
 from aifab.models.checkpoint import read_sidecar
-from aifab.ops.card_render import render_html, render_markdown
+from aifab.ops.card.render import render_html, render_markdown
 from aifab.track.registry import attach_export, download_model, resolve_model
 
 __all__ = ["CardOwnerFields", "build_card"]
@@ -142,7 +142,7 @@ def _section(notes: list[str], what: str, fn: Any, *args: Any, **kwargs: Any) ->
 
 def gather(ref: str, owner: CardOwnerFields, *, explain: bool = True) -> dict[str, Any]:
     """Everything a card shows, as one JSON-ready dict."""
-    from aifab.ops.explain import global_explanation
+    from aifab.ops.explain.explainers import global_explanation
     from aifab.ops.fairness import fairness_report
 
     mv = resolve_model(ref)

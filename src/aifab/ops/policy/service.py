@@ -15,7 +15,7 @@ from aifab.core.config import load_yaml, parse_config
 from aifab.core.db import session_scope
 from aifab.core.errors import ConflictError, InvalidInputError, NotFoundError
 from aifab.core.names import SHORT_NAME, is_full_match
-from aifab.ops.policy_spec import PolicySpec
+from aifab.ops.policy.spec import PolicySpec
 from aifab.ops.tables import PolicyRow, PolicyRunRow
 
 __all__ = ["create_policy", "get_policy", "list_policies", "load_policy_spec", "policy_history"]

@@ -1,0 +1,1 @@
+"""Model cards built from lineage: gathered, then rendered as Markdown, HTML and JSON."""

@@ -1,0 +1,1 @@
+"""Cost accounting: prices, the ledger of priced usage, reports, and team budgets."""

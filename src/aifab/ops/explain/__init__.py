@@ -1,0 +1,1 @@
+"""Explanations: Shapley values per prediction, global importance, by modality."""
