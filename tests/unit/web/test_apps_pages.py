@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import html
 import re
+import sys
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from fastapi.testclient import TestClient
@@ -14,9 +16,10 @@ from fastapi.testclient import TestClient
 from aifab.core import acting_as, audit_events, session_scope
 from aifab.core.audit import AuditEvent, record_event
 from aifab.serve.app import create_app
-from aifab.serve.keys import create_key
-from aifab.web import session
 from aifab.web.pages.audit import parse_since
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+from web_signin import csrf, sign_in  # noqa: E402
 
 PAGES = [
     "/ui/kb",
@@ -35,21 +38,6 @@ def client() -> Iterator[TestClient]:
         yield c
 
 
-def _sign_in(client: TestClient, role: str = "viewer") -> dict:
-    record, secret = create_key(role, name=f"{role}-apps")
-    client.cookies.clear()
-    r = client.post("/ui/login", data={"key": secret, "next": "/ui"}, follow_redirects=False)
-    assert r.status_code == 303, r.text
-    return record
-
-
-def _csrf(client: TestClient) -> str:
-    value = client.cookies.get(session.COOKIE)
-    found = session.read(value)
-    assert found is not None
-    return session.csrf_token(found)
-
-
 def _add_events(n: int, actor: str = "user:bulk") -> None:
     with acting_as(actor), session_scope() as s:
         for i in range(n):
@@ -62,7 +50,7 @@ def test_each_section_needs_a_session_then_renders_in_an_empty_workspace(
 ) -> None:
     r = client.get(path, follow_redirects=False)
     assert r.status_code == 303 and r.headers["location"].startswith("/ui/login")
-    _sign_in(client)
+    sign_in(client)
     r = client.get(path)
     assert r.status_code == 200, r.text
     assert r.text.count("<h1") == 1
@@ -86,7 +74,7 @@ def test_unknown_objects_are_404_pages_naming_them(
     from aifab.ops import create_monitor
 
     create_monitor("idle", {"deployment": "nowhere"})
-    _sign_in(client)
+    sign_in(client)
     r = client.get(path)
     assert r.status_code == 404
     assert "text/html" in r.headers["content-type"] and message in html.unescape(r.text)
@@ -103,7 +91,7 @@ def test_unknown_objects_are_404_pages_naming_them(
     ],
 )
 def test_bad_query_arguments_are_400_pages(client: TestClient, path: str, message: str) -> None:
-    _sign_in(client)
+    sign_in(client)
     r = client.get(path)
     assert r.status_code == 400 and message in r.text
 
@@ -115,7 +103,7 @@ def _ids(html: str) -> list[int]:
 
 def test_the_audit_log_pages_through_many_events_in_the_query(client: TestClient) -> None:
     _add_events(1200)
-    _sign_in(client)
+    sign_in(client)
     newest = audit_events(1)[0]["id"]
     seen: list[int] = []
     url: str | None = "/ui/audit?limit=500"
@@ -132,7 +120,7 @@ def test_the_audit_log_pages_through_many_events_in_the_query(client: TestClient
 
 def test_paging_arguments_are_bounded(client: TestClient) -> None:
     _add_events(30)
-    _sign_in(client)
+    sign_in(client)
     everything = len(audit_events(1000))
     r = client.get("/ui/audit?limit=100000")  # clamped to 500
     assert r.status_code == 200 and len(_ids(r.text)) == everything
@@ -150,7 +138,7 @@ def test_paging_arguments_are_bounded(client: TestClient) -> None:
 
 def test_audit_pages_go_back_and_forth_by_event_id(client: TestClient) -> None:
     _add_events(25)
-    _sign_in(client)
+    sign_in(client)
     newest = audit_events(1)[0]["id"]
     first = _ids(client.get("/ui/audit?limit=10").text)
     assert first == list(range(newest, newest - 10, -1))
@@ -167,7 +155,7 @@ def test_audit_pages_go_back_and_forth_by_event_id(client: TestClient) -> None:
 def test_the_audit_filters_combine(client: TestClient) -> None:
     _add_events(5, actor="user:alice")
     _add_events(7, actor="user:bob")
-    _sign_in(client)
+    sign_in(client)
     r = client.get("/ui/audit", params={"actor": "user:alice", "object": "thing:", "since": "1h"})
     assert len(_ids(r.text)) == 5
     r = client.get("/ui/audit", params={"actor": "user:bob", "object": "thing:6"})
@@ -186,7 +174,7 @@ def test_parse_since_reads_ages_and_dates() -> None:
 
 def test_the_chain_is_verified_on_demand_and_a_broken_chain_is_shown(client: TestClient) -> None:
     _add_events(20)
-    _sign_in(client)
+    sign_in(client)
     assert "Not verified since the server started" in client.get("/ui/audit").text
     r = client.get("/ui/audit/verify")
     assert r.status_code == 200 and "intact" in r.text
@@ -203,10 +191,10 @@ def test_the_chain_is_verified_on_demand_and_a_broken_chain_is_shown(client: Tes
 
 
 def test_a_viewer_sees_no_silence_form_and_the_route_refuses(client: TestClient) -> None:
-    _sign_in(client, "viewer")
+    sign_in(client, "viewer")
     r = client.get("/ui/alerts")
     assert 'id="silence-form"' not in r.text and "/ui/alerts/silence" not in r.text
-    fields = {"csrf": _csrf(client), "rule": "data_drift", "duration": "1 hour"}
+    fields = {"csrf": csrf(client), "rule": "data_drift", "duration": "1 hour"}
     r = client.post("/ui/alerts/silence", data=fields, follow_redirects=False)
     assert r.status_code == 403 and "lacks permission &#39;deploy&#39;" in r.text
     from aifab.ops import list_silences
@@ -215,12 +203,12 @@ def test_a_viewer_sees_no_silence_form_and_the_route_refuses(client: TestClient)
 
 
 def test_a_developer_silences_alerts_as_their_key(client: TestClient) -> None:
-    record = _sign_in(client, "developer")
+    record = sign_in(client, "developer").record
     assert 'id="silence-form"' in client.get("/ui/alerts").text
     fields = {"rule": "data_drift", "monitor": "churn-watch", "duration": "4 hours"}
     r = client.post("/ui/alerts/silence", data=fields, follow_redirects=False)
     assert r.status_code == 403 and "CSRF" in r.text  # no token, no change
-    fields["csrf"] = _csrf(client)
+    fields["csrf"] = csrf(client)
     for bad, message in (
         ({"duration": "forever"}, "duration &#39;forever&#39;"),
         ({"rule": "", "monitor": ""}, "needs a rule, a monitor"),
@@ -245,10 +233,10 @@ def test_a_developer_silences_alerts_as_their_key(client: TestClient) -> None:
 def test_asking_a_knowledge_base_needs_invoke_and_an_allowed_chat_model(
     client: TestClient,
 ) -> None:
-    _sign_in(client, "viewer")
+    sign_in(client, "viewer")
     r = client.get("/ui/kb/docs", params={"question": "why?", "chat": "lm"})
     assert r.status_code == 403 and "invoke" in r.text
-    _sign_in(client, "developer")
+    sign_in(client, "developer")
     r = client.get("/ui/kb/docs", params={"question": "why?", "chat": "http://evil.example/v1"})
     assert r.status_code == 403 and "not an allowed chat URL" in r.text
     r = client.get("/ui/kb/docs", params={"question": "why?"})

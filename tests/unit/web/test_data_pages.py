@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import re
+import sys
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from fastapi.testclient import TestClient
@@ -11,10 +13,11 @@ from fastapi.testclient import TestClient
 from aifab.data import label, label_history
 from aifab.data.catalog import commit_query
 from aifab.serve.app import create_app
-from aifab.serve.keys import create_key
-from aifab.web import session
 from aifab.web.pages.data.graph import MAX_NODES, Node, layout
 from aifab.web.pages.data.profile_view import COLUMNS_PER_PAGE
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+from web_signin import csrf, sign_in  # noqa: E402
 
 GEN = "SELECT range AS x, 'k' || (range % 3) AS s FROM range({n})"
 SPEC = {
@@ -31,20 +34,6 @@ SPEC = {
 def client() -> Iterator[TestClient]:
     with TestClient(create_app(), base_url="http://127.0.0.1") as c:
         yield c
-
-
-def _sign_in(client: TestClient, role: str = "viewer") -> dict[str, str]:
-    record, secret = create_key(role, name=f"{role}-data")
-    r = client.post("/ui/login", data={"key": secret}, follow_redirects=False)
-    assert r.status_code == 303, r.text
-    return record
-
-
-def _csrf(client: TestClient) -> str:
-    value = client.cookies.get(session.COOKIE)
-    found = session.read(value)
-    assert found is not None
-    return session.csrf_token(found)
 
 
 def _versions(n: int, name: str = "t") -> None:
@@ -76,7 +65,7 @@ def test_unknown_datasets_and_versions_are_html_404_pages(
     client: TestClient, path: str, message: str
 ) -> None:
     _versions(1)
-    _sign_in(client)
+    sign_in(client)
     r = client.get(path)
     assert r.status_code == 404, r.text
     assert r.headers["content-type"].startswith("text/html")
@@ -85,7 +74,7 @@ def test_unknown_datasets_and_versions_are_html_404_pages(
 
 def test_versions_page_in_the_query_and_bad_bounds_fall_back(client: TestClient) -> None:
     _versions(7)
-    _sign_in(client)
+    sign_in(client)
     first = client.get("/ui/data/t?limit=3").text
     assert _refs_on(first) == ["t@7", "t@6", "t@5"]
     assert 'rel="next"' in first and 'rel="prev"' not in first
@@ -106,7 +95,7 @@ def test_diff_draws_changed_columns_side_by_side(client: TestClient) -> None:
     for n in (9, 12):
         sql = f"SELECT 'id' || range AS s FROM range({n})"
         commit_query("ids", sql, source="g", transform={"kind": "t"})
-    _sign_in(client)
+    sign_in(client)
     html = client.get("/ui/data/t/diff?a=1&b=3").text
     assert "Compare t@1 and t@3" in html
     assert 'id="diff-col-0"' in html and 'id="diff-col-1"' in html  # x (quantiles), s (shares)
@@ -124,7 +113,7 @@ def test_diff_draws_changed_columns_side_by_side(client: TestClient) -> None:
 def test_datasets_page_pages_by_name(client: TestClient) -> None:
     for name in ("b", "a", "c"):
         _versions(1, name)
-    _sign_in(client)
+    sign_in(client)
     html = client.get("/ui/data?limit=2").text
     names = re.findall(r'<a href="/ui/data/(\w)">', html)
     assert names == ["a", "b"] and 'rel="next"' in html
@@ -139,7 +128,7 @@ def test_a_2000_column_version_shows_a_bounded_window_of_column_charts(
         for i in range(2000)
     )
     commit_query("wide", f"SELECT {cols} FROM range(20)", source="gen", transform={"kind": "t"})
-    _sign_in(client)
+    sign_in(client)
     html = client.get("/ui/data/wide/versions/1").text
     assert html.count("<canvas") == COLUMNS_PER_PAGE
     assert "Columns 1–24 of 2,000" in html
@@ -160,7 +149,7 @@ def test_values_and_column_names_are_escaped(client: TestClient) -> None:
         source="gen",
         transform={"kind": "t"},
     )
-    _sign_in(client)
+    sign_in(client)
     html = client.get("/ui/data/xss/versions/1").text
     assert "<img src=x" not in html and "<script>x" not in html
     assert "&lt;img src=x onerror=alert(1)&gt;" in html
@@ -180,12 +169,12 @@ def _labeled() -> None:
 
 def test_a_viewer_sees_no_label_form_and_its_post_is_refused(client: TestClient) -> None:
     _labeled()
-    _sign_in(client, "viewer")
+    sign_in(client, "viewer")
     html = client.get("/ui/data/tickets/label").text
     assert "hello" in html  # the least confident row (no function fired) comes first
     assert "data-label-form" not in html and 'name="label"' not in html
     r = client.post(
-        "/ui/data/tickets/label", data={"csrf": _csrf(client), "item_key": "3", "label": "good"}
+        "/ui/data/tickets/label", data={"csrf": csrf(client), "item_key": "3", "label": "good"}
     )
     assert r.status_code == 403 and "lacks permission &#39;ingest&#39;" in r.text
     assert label_history("tickets") == []
@@ -193,7 +182,7 @@ def test_a_viewer_sees_no_label_form_and_its_post_is_refused(client: TestClient)
 
 def test_a_developer_labels_a_row_and_gets_the_next_one(client: TestClient) -> None:
     _labeled()
-    record = _sign_in(client, "developer")
+    record = sign_in(client, "developer").record
     html = client.get("/ui/data/tickets/label").text
     assert 'data-label-key="1"' in html and "</kbd> good</button>" in html
     r = client.post(
@@ -202,7 +191,7 @@ def test_a_developer_labels_a_row_and_gets_the_next_one(client: TestClient) -> N
     assert r.status_code == 403 and "CSRF" in r.text  # no token, no label
     r = client.post(
         "/ui/data/tickets/label",
-        data={"csrf": _csrf(client), "item_key": "3", "label": "good"},
+        data={"csrf": csrf(client), "item_key": "3", "label": "good"},
         follow_redirects=False,
     )
     assert r.status_code == 303 and r.headers["location"] == "/ui/data/tickets/label"
@@ -213,10 +202,10 @@ def test_a_developer_labels_a_row_and_gets_the_next_one(client: TestClient) -> N
     after = client.get("/ui/data/tickets/label").text
     assert 'name="item_key" value="3"' not in after and 'name="item_key" value=' in after
     r = client.post(
-        "/ui/data/tickets/label", data={"csrf": _csrf(client), "item_key": "404", "label": "good"}
+        "/ui/data/tickets/label", data={"csrf": csrf(client), "item_key": "404", "label": "good"}
     )
     assert r.status_code == 404 and "not found" in r.text
-    r = client.post("/ui/data/tickets/label", data={"csrf": _csrf(client), "item_key": "1"})
+    r = client.post("/ui/data/tickets/label", data={"csrf": csrf(client), "item_key": "1"})
     assert r.status_code == 400
 
 
@@ -249,7 +238,7 @@ def test_choices_come_from_the_label_column_and_the_queue_empties(client: TestCl
         source="gen",
         transform={"kind": "t"},
     )  # no labeling functions made it: the choices are its label column's values
-    _sign_in(client, "admin")
+    sign_in(client, "admin")
     html = client.get("/ui/data/plain/label").text
     assert re.findall(r'data-label-key="(\d)"', html) == ["1", "2"]
     assert "</kbd> a</button>" in html and "</kbd> b</button>" in html
@@ -258,7 +247,7 @@ def test_choices_come_from_the_label_column_and_the_queue_empties(client: TestCl
         assert key is not None
         r = client.post(
             "/ui/data/plain/label",
-            data={"csrf": _csrf(client), "item_key": key.group(1), "label": "b"},
+            data={"csrf": csrf(client), "item_key": key.group(1), "label": "b"},
             follow_redirects=False,
         )
         assert r.status_code == 303, r.text
@@ -270,7 +259,7 @@ def test_a_version_whose_transform_names_no_kind_renders(client: TestClient) -> 
     # Found by bench/ui.py: versions committed by other tools carry any transform record, and
     # the version page answered 500 for one without a "kind".
     commit_query("plain", GEN.format(n=3), source="elsewhere", transform={"op": "copy"})
-    _sign_in(client)
+    sign_in(client)
     r = client.get("/ui/data/plain/versions/1")
     assert r.status_code == 200, r.text[:300]
     assert "elsewhere" in r.text

@@ -7,6 +7,7 @@ without breaking (the browser tests predict with a real model).
 from __future__ import annotations
 
 import re
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -20,9 +21,10 @@ from aifab.core.db import session_scope
 from aifab.inference.deployments import create_deployment, get_deployment, update_deployment
 from aifab.inference.request_log import RequestLogger
 from aifab.serve.app import create_app
-from aifab.serve.keys import create_key
 from aifab.track import register_model, resolve_model, set_alias, start_run
-from aifab.web import session
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+from web_signin import sign_in  # noqa: E402
 
 ACTIONS = ("canary", "promote", "rollback", "try")
 
@@ -73,16 +75,6 @@ def _settled(timeout_s: float = 30.0) -> None:
         time.sleep(0.1)
 
 
-def _sign_in(client: TestClient, role: str, rate: str = "600/min") -> tuple[str, str]:
-    """Sign in with a new key of ``role``: (the key's id, the session's CSRF token)."""
-    record, secret = create_key(role, name=f"{role}-deployments", rate=rate)
-    r = client.post("/ui/login", data={"key": secret}, follow_redirects=False)
-    assert r.status_code == 303, r.text
-    found = session.read(client.cookies.get(session.COOKIE))
-    assert found is not None
-    return record["id"], session.csrf_token(found)
-
-
 def _post(client: TestClient, action: str, token: str | None, **fields: str) -> Any:
     data = dict(fields)
     if token is not None:
@@ -91,13 +83,13 @@ def _post(client: TestClient, action: str, token: str | None, **fields: str) -> 
 
 
 def test_unknown_deployments_are_404_pages(client: TestClient) -> None:
-    _sign_in(client, "viewer")
+    sign_in(client, "viewer")
     r = client.get("/ui/deployments/nope")
     assert r.status_code == 404 and "no deployment &#39;nope&#39;" in r.text
 
 
 def test_the_page_draws_the_logged_traffic(client: TestClient) -> None:
-    _sign_in(client, "viewer")
+    sign_in(client, "viewer")
     r = client.get("/ui/deployments")
     assert r.status_code == 200 and 'href="/ui/deployments/d"' in r.text
     r = client.get("/ui/deployments/d?window=1h")
@@ -117,7 +109,7 @@ def test_the_page_draws_the_logged_traffic(client: TestClient) -> None:
 
 
 def test_a_viewer_gets_no_controls_and_every_action_refuses(client: TestClient) -> None:
-    _, token = _sign_in(client, "viewer")
+    token = sign_in(client, "viewer").csrf
     r = client.get("/ui/deployments/d")
     assert "Set canary" not in r.text and "Send with my key" not in r.text
     assert "need a developer or admin key" in r.text and "may only look" in r.text
@@ -128,7 +120,7 @@ def test_a_viewer_gets_no_controls_and_every_action_refuses(client: TestClient) 
 
 
 def test_actions_need_the_session_csrf_token(client: TestClient) -> None:
-    _sign_in(client, "developer")
+    sign_in(client, "developer")
     for action in ACTIONS:
         r = _post(client, action, None, canary="m@2", weight="10", records="[]")
         assert r.status_code == 403 and "CSRF" in r.text, action
@@ -138,7 +130,8 @@ def test_actions_need_the_session_csrf_token(client: TestClient) -> None:
 
 
 def test_canary_promote_and_rollback_as_the_developer_key(client: TestClient) -> None:
-    key_id, token = _sign_in(client, "developer")
+    signed = sign_in(client, "developer")
+    key_id, token = signed.record["id"], signed.csrf
     r = _post(client, "canary", token, canary="m@2", weight="25")
     assert r.status_code == 303 and r.headers["location"] == "/ui/deployments/d"
     d = get_deployment("d")
@@ -175,21 +168,21 @@ def test_canary_promote_and_rollback_as_the_developer_key(client: TestClient) ->
 def test_bad_canary_settings_are_named(
     client: TestClient, fields: dict[str, str], status: int
 ) -> None:
-    _, token = _sign_in(client, "developer")
+    token = sign_in(client, "developer").csrf
     r = _post(client, "canary", token, **fields)
     assert r.status_code == status
     assert get_deployment("d")["canary"] is None
 
 
 def test_promoting_or_rolling_back_without_a_canary_says_so(client: TestClient) -> None:
-    _, token = _sign_in(client, "developer")
+    token = sign_in(client, "developer").csrf
     for action in ("promote", "rollback"):
         r = _post(client, action, token)
         assert r.status_code == 409 and "has no canary" in r.text
 
 
 def test_try_it_answers_the_predict_error_as_the_api_would(client: TestClient) -> None:
-    _, token = _sign_in(client, "developer")
+    token = sign_in(client, "developer").csrf
     r = _post(client, "try", token, records='[{"x": 1}]')
     # The placeholder model cannot load: predict says so (503 loading, or the load failure).
     assert r.status_code in (503, 404)
@@ -197,7 +190,7 @@ def test_try_it_answers_the_predict_error_as_the_api_would(client: TestClient) -
 
 
 def test_try_it_meets_the_keys_rate_limit_like_an_api_call(client: TestClient) -> None:
-    _, token = _sign_in(client, "developer", rate="1/min")
+    token = sign_in(client, "developer", rate="1/min").csrf
     first = _post(client, "try", token, records='[{"x": 1}]')
     assert first.status_code != 429
     second = _post(client, "try", token, records='[{"x": 1}]')

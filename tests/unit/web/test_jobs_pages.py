@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -14,8 +15,10 @@ from aifab.core import audit_events
 from aifab.jobs import get_job, submit
 from aifab.jobs.worker import run_until_final
 from aifab.serve.app import create_app
-from aifab.serve.keys import create_key
-from aifab.web import charts, session
+from aifab.web import charts
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+from web_signin import sign_in  # noqa: E402
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="Linux processes")
 
@@ -24,16 +27,6 @@ pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="Li
 def client() -> Iterator[TestClient]:
     with TestClient(create_app(), base_url="http://127.0.0.1") as c:
         yield c
-
-
-def _sign_in(client: TestClient, role: str) -> tuple[dict[str, Any], str]:
-    """Sign in with a new key of ``role``; return its record and the session's CSRF token."""
-    record, secret = create_key(role, name=f"{role}-jobs")
-    r = client.post("/ui/login", data={"key": secret}, follow_redirects=False)
-    assert r.status_code == 303, r.text
-    found = session.read(client.cookies.get(session.COOKIE))
-    assert found is not None
-    return record, session.csrf_token(found)
 
 
 def _job(code: str, name: str = "t") -> dict[str, Any]:
@@ -57,7 +50,7 @@ def _events(body: str) -> list[tuple[str, str]]:
 
 
 def test_an_unknown_job_is_a_404_page_naming_it(client: TestClient) -> None:
-    _sign_in(client, "viewer")
+    sign_in(client, "viewer")
     for path in ("/ui/jobs/job_nope", "/ui/jobs/job_nope/logs/stream"):
         r = client.get(path)
         assert r.status_code == 404 and "text/html" in r.headers["content-type"]
@@ -65,7 +58,7 @@ def test_an_unknown_job_is_a_404_page_naming_it(client: TestClient) -> None:
 
 
 def test_the_list_pages_within_bounds(client: TestClient) -> None:
-    _sign_in(client, "viewer")
+    sign_in(client, "viewer")
     names = [f"job-{i:02d}" for i in range(5)]
     for name in names:
         _job("print(1)", name)
@@ -87,7 +80,7 @@ def test_the_list_pages_within_bounds(client: TestClient) -> None:
 
 
 def test_the_log_stream_of_a_finished_job_sends_it_and_ends(client: TestClient) -> None:
-    _sign_in(client, "viewer")
+    sign_in(client, "viewer")
     job = _job("print('hello'); print('<script>alert(1)</script>\\r\\nsecond'); print('bye')")
     assert run_until_final(job["id"])["state"] == "succeeded"
     with client.stream("GET", f"/ui/jobs/{job['id']}/logs/stream") as r:
@@ -106,7 +99,7 @@ def test_the_log_stream_of_a_finished_job_sends_it_and_ends(client: TestClient) 
 
 
 def test_the_job_page_shows_spec_accounting_and_escapes_output(client: TestClient) -> None:
-    _sign_in(client, "viewer")
+    sign_in(client, "viewer")
     job = _job("print('<img src=x onerror=alert(1)>')", "xss")
     run_until_final(job["id"])
     r = client.get(f"/ui/jobs/{job['id']}")
@@ -124,7 +117,7 @@ def test_the_job_page_shows_spec_accounting_and_escapes_output(client: TestClien
 
 
 def test_a_viewer_sees_no_buttons_and_is_refused(client: TestClient) -> None:
-    _, token = _sign_in(client, "viewer")
+    token = sign_in(client, "viewer").csrf
     job = _job("import time; time.sleep(30)")
     page = client.get(f"/ui/jobs/{job['id']}").text
     assert "Cancel job" not in page and f"/ui/jobs/{job['id']}/cancel" not in page
@@ -134,7 +127,8 @@ def test_a_viewer_sees_no_buttons_and_is_refused(client: TestClient) -> None:
 
 
 def test_a_developer_cancels_and_retries_audited_as_their_key(client: TestClient) -> None:
-    record, token = _sign_in(client, "developer")
+    signed = sign_in(client, "developer")
+    record, token = signed.record, signed.csrf
     job = _job("import time; time.sleep(30)")
     page = client.get(f"/ui/jobs/{job['id']}").text
     assert "Cancel job" in page and "Retry job" not in page
@@ -172,7 +166,7 @@ def test_the_timeline_has_a_row_per_worker_and_a_floating_bar_per_attempt() -> N
 
 
 def test_each_replica_of_a_job_has_its_own_log(client: TestClient) -> None:
-    _sign_in(client, "viewer")
+    sign_in(client, "viewer")
     run = {"command": [sys.executable, "-c", "import os; print('rank', os.environ['RANK'])"]}
     resources = {"cpu": 0.25, "memory": "64Mi"}
     job = submit({"name": "pair", "run": run, "resources": resources, "replicas": 2})
@@ -196,7 +190,7 @@ def test_revoking_the_key_ends_its_open_log_streams(
 
     monkeypatch.setattr(pages, "KEY_RECHECK_S", 0.2)
     monkeypatch.setattr(pages, "STREAM_S", 15.0)  # without the recheck it would end only here
-    record, _ = _sign_in(client, "viewer")
+    record = sign_in(client, "viewer").record
     job = _job("print(1)")  # no worker: it stays pending, so its stream would stay open
     timer = threading.Timer(0.5, revoke_key, args=(record["id"],))
     timer.start()
@@ -210,7 +204,7 @@ def test_revoking_the_key_ends_its_open_log_streams(
 def test_queues_show_their_share_capability_and_quota_use(client: TestClient) -> None:
     from aifab.jobs import create_queue
 
-    _sign_in(client, "viewer")
+    sign_in(client, "viewer")
     create_queue("gold", weight=3, cpu=2, memory="1Gi")
     page = client.get("/ui/jobs").text
     row = page[page.index('href="/ui/jobs?queue=gold"') :].split("</tr>")[0]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -11,9 +12,10 @@ import pytest
 from fastapi.testclient import TestClient
 
 from aifab.serve.app import create_app
-from aifab.serve.keys import create_key
 from aifab.track import register_model, resolve_model, start_run
-from aifab.web import session
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+from web_signin import sign_in  # noqa: E402
 
 XSS = "<img src=x onerror=alert(1)>"
 
@@ -54,23 +56,12 @@ def client(runs: list[str]) -> Iterator[TestClient]:
         yield c
 
 
-def _sign_in(client: TestClient, role: str) -> str:
-    """Sign ``client`` in with a new key of ``role``; return the session's CSRF token."""
-    _, secret = create_key(role, name=f"{role}-pages")
-    r = client.post("/ui/login", data={"key": secret}, follow_redirects=False)
-    assert r.status_code == 303, r.text
-    value = client.cookies.get(session.COOKIE)
-    found = session.read(value)
-    assert found is not None
-    return session.csrf_token(found)
-
-
 def _run_links(html: str) -> list[str]:
     return re.findall(r'href="/ui/runs/([0-9a-f]{32})"', html)
 
 
 def test_runs_page_a_page_at_a_time(client: TestClient, runs: list[str]) -> None:
-    _sign_in(client, "viewer")
+    sign_in(client, "viewer")
     first = client.get("/ui/runs?experiment=pages&limit=2")
     assert first.status_code == 200
     assert _run_links(first.text) == [runs[4], runs[3]]
@@ -85,14 +76,14 @@ def test_runs_page_a_page_at_a_time(client: TestClient, runs: list[str]) -> None
 
 @pytest.mark.parametrize("query", ["limit=0", "limit=-3", "limit=abc", "offset=-1", "limit=99999"])
 def test_bad_paging_numbers_fall_back_to_a_bounded_page(client: TestClient, query: str) -> None:
-    _sign_in(client, "viewer")
+    sign_in(client, "viewer")
     r = client.get(f"/ui/runs?experiment=pages&{query}")
     assert r.status_code == 200
     assert 1 <= len(_run_links(r.text)) <= 5
 
 
 def test_unknown_things_are_404_pages(client: TestClient) -> None:
-    _sign_in(client, "viewer")
+    sign_in(client, "viewer")
     for path in (
         "/ui/runs/0123456789abcdef0123456789abcdef",
         "/ui/runs?experiment=no-such-experiment",
@@ -112,7 +103,7 @@ def test_unknown_things_are_404_pages(client: TestClient) -> None:
 def test_run_page_has_each_curve_params_and_dataset_links(
     client: TestClient, runs: list[str]
 ) -> None:
-    _sign_in(client, "viewer")
+    sign_in(client, "viewer")
     r = client.get(f"/ui/runs/{runs[1]}")
     assert r.status_code == 200
     spec = re.search(r'<pre hidden id="metric-0-spec">(.*?)</pre>', r.text)
@@ -123,7 +114,7 @@ def test_run_page_has_each_curve_params_and_dataset_links(
 
 
 def test_markup_in_a_run_name_is_text(client: TestClient, runs: list[str]) -> None:
-    _sign_in(client, "viewer")
+    sign_in(client, "viewer")
     for path in ("/ui/runs?experiment=pages", f"/ui/runs/{runs[4]}"):
         r = client.get(path)
         assert XSS not in r.text
@@ -131,7 +122,7 @@ def test_markup_in_a_run_name_is_text(client: TestClient, runs: list[str]) -> No
 
 
 def test_compare_draws_one_line_per_run(client: TestClient, runs: list[str]) -> None:
-    _sign_in(client, "viewer")
+    sign_in(client, "viewer")
     r = client.get(f"/ui/runs/compare?run={runs[0]}&run={runs[2]}&metric=loss")
     assert r.status_code == 200
     spec = re.search(r'id="compare-chart-spec">(.*?)</pre>', r.text)
@@ -142,14 +133,14 @@ def test_compare_draws_one_line_per_run(client: TestClient, runs: list[str]) -> 
 
 @pytest.mark.parametrize("count", [0, 1, 11])
 def test_compare_needs_two_to_ten_runs(client: TestClient, runs: list[str], count: int) -> None:
-    _sign_in(client, "viewer")
+    sign_in(client, "viewer")
     ids = [f"{i:032x}" for i in range(count)] if count > 1 else runs[:count]
     query = "&".join(f"run={i}" for i in ids)
     assert client.get(f"/ui/runs/compare?{query}").status_code == 400
 
 
 def test_model_and_version_pages(client: TestClient, runs: list[str]) -> None:
-    _sign_in(client, "viewer")
+    sign_in(client, "viewer")
     r = client.get("/ui/models")
     assert r.status_code == 200 and 'href="/ui/models/m"' in r.text
     r = client.get("/ui/models/m")
@@ -169,10 +160,10 @@ def _move(client: TestClient, token: str | None, version: str = "1") -> Any:
 
 
 def test_moving_an_alias_needs_csrf_and_the_deploy_permission(client: TestClient) -> None:
-    token = _sign_in(client, "viewer")
+    token = sign_in(client, "viewer").csrf
     assert _move(client, token).status_code == 403
     client.cookies.clear()
-    token = _sign_in(client, "developer")
+    token = sign_in(client, "developer").csrf
     assert _move(client, None).status_code == 403
     r = _move(client, token, "2")
     assert r.status_code == 303 and r.headers["location"] == "/ui/models/m"
@@ -184,6 +175,6 @@ def test_moving_an_alias_needs_csrf_and_the_deploy_permission(client: TestClient
 
 
 def test_building_a_card_is_refused_to_viewers(client: TestClient) -> None:
-    token = _sign_in(client, "viewer")
+    token = sign_in(client, "viewer").csrf
     r = client.post("/ui/models/m/1/card", data={"csrf": token}, follow_redirects=False)
     assert r.status_code == 403

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -12,6 +14,9 @@ from aifab.serve.app import create_app
 from aifab.serve.keys import create_key, revoke_key
 from aifab.web import session
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+from web_signin import sign_in  # noqa: E402
+
 
 @pytest.fixture
 def client() -> Iterator[TestClient]:
@@ -19,14 +24,7 @@ def client() -> Iterator[TestClient]:
         yield c
 
 
-def _sign_in(client: TestClient, role: str = "viewer") -> dict[str, Any]:
-    record, secret = create_key(role, name=f"{role}-web")
-    r = client.post("/ui/login", data={"key": secret, "next": "/ui"}, follow_redirects=False)
-    assert r.status_code == 303, r.text
-    return record
-
-
-def test_pages_need_a_session_and_send_the_browser_to_sign_in(client: TestClient) -> None:
+def test_pages_need_a_session_and_send_the_browser_tosign_in(client: TestClient) -> None:
     r = client.get("/ui?x=1", follow_redirects=False)
     assert r.status_code == 303
     assert r.headers["location"] == "/ui/login?next=%2Fui%3Fx%3D1"
@@ -53,7 +51,7 @@ def test_the_session_cookie_is_httponly_strict_and_names_no_secret(client: TestC
     ],
 )
 def test_forged_or_damaged_cookies_are_not_sessions(client: TestClient, tamper: Any) -> None:
-    _sign_in(client)
+    sign_in(client)
     value = client.cookies.get(session.COOKIE)
     assert value is not None
     client.cookies.clear()
@@ -68,7 +66,7 @@ def test_an_expired_session_ends() -> None:
 
 
 def test_a_revoked_key_ends_its_sessions(client: TestClient) -> None:
-    record = _sign_in(client)
+    record = sign_in(client).record
     revoke_key(record["id"])
     from aifab.web import auth
 
@@ -77,7 +75,7 @@ def test_a_revoked_key_ends_its_sessions(client: TestClient) -> None:
 
 
 def test_forms_need_the_session_csrf_token_and_this_origin(client: TestClient) -> None:
-    _sign_in(client)
+    sign_in(client)
     r = client.post("/ui/logout", data={"other": "1"}, follow_redirects=False)
     assert r.status_code == 403 and "CSRF" in r.text
     value = client.cookies.get(session.COOKIE)
@@ -114,7 +112,7 @@ def test_client_keys_and_huge_forms_are_refused(client: TestClient) -> None:
 
 
 def test_pages_send_a_strict_content_security_policy(client: TestClient) -> None:
-    _sign_in(client)
+    sign_in(client)
     r = client.get("/ui")
     csp = r.headers["content-security-policy"]
     assert "script-src 'self'" in csp and "unsafe-inline" not in csp
@@ -132,7 +130,7 @@ def test_static_files_are_only_packaged_assets(client: TestClient, name: str) ->
 def test_an_unknown_dashboard_url_is_a_page_and_a_menu_label_leads_to_its_section(
     client: TestClient,
 ) -> None:
-    _sign_in(client)
+    sign_in(client)
     r = client.get("/ui/knowledge", follow_redirects=False)
     assert r.status_code == 307 and r.headers["location"] == "/ui/kb"
     r = client.get("/ui/no-such-page")
