@@ -5,6 +5,7 @@ that is not an image. Browser-free: HTTP requests through the app."""
 from __future__ import annotations
 
 import io
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -12,7 +13,9 @@ import pytest
 from fastapi.testclient import TestClient
 
 from aifab.serve.app import create_app
-from aifab.serve.keys import create_key
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+from web_signin import sign_in  # noqa: E402
 
 HTML = b"<html><script>alert(document.cookie)</script></html>"
 
@@ -37,9 +40,7 @@ def client(tmp_path: Path) -> Iterator[TestClient]:
     pq.write_table(pa.table({"id": [0, 1, 2, 3], "image": images}), path)
     ingest("shots", str(path))
     with TestClient(create_app(), base_url="http://127.0.0.1") as c:
-        _, secret = create_key("viewer", name="thumbs")
-        r = c.post("/ui/login", data={"key": secret}, follow_redirects=False)
-        assert r.status_code == 303, r.text
+        sign_in(c)
         yield c
 
 
