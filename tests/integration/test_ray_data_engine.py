@@ -272,3 +272,51 @@ def test_pipeline_steps_choose_the_ray_engine(ray_local: Any, tmp_path: Any) -> 
     assert resolve("fc").content_hash == duck.content_hash
     assert resolve("fc").transform["spec"]["engine"] == "ray"
     assert resolve("ff").transform["kind"] == "features" and resolve("ff").parents == ["fc@1"]
+
+
+SUITE: dict[str, Any] = {
+    "expectations": [
+        {"not_null": {"columns": ["age", "color"]}},
+        {"between": {"column": "income", "min": 0, "max": 12000}},
+        {"in_set": {"column": "color", "values": ["red", "green"], "level": "warn"}},
+        {"regex": {"column": "note", "pattern": ".*@x\\.org.*"}},
+        {"unique": {"columns": ["id", "color"]}},
+        {"sql": {"where": "length(coalesce(note, '')) < 70 OR id % 2 = 0"}},
+        {"row_count": {"min": 10}},
+        {"sql": {"assert": "SELECT count(DISTINCT color) <= 3 FROM data"}},
+    ],
+    "max_failure_share": 1.0,
+    "examples": 3,
+}
+
+
+def _quarantined(dataset: str, stage: str) -> list[tuple[Any, ...]]:
+    items = list_quarantine(dataset, stage=stage, limit=100_000)
+    return sorted(((i["rule"], i["reason"], i["line"], str(i["record"])) for i in items), key=str)
+
+
+def test_ray_validate_equals_duckdb_on_messy_data(ray_local: Any, small_blocks: None) -> None:
+    """Row rules per block, ``unique`` on a shuffle, dataset rules on the driver: the same
+    report, passing rows (content hash), lineage record and quarantine as DuckDB's."""
+    from aifab.data.validate import validate
+
+    commit_query("vraw", MESSY, source="test", transform={"kind": "test"})
+    duck = validate("vraw", SUITE, output="v_duck")
+    before = _quarantined("vraw", "validate")
+    ray_r = validate("vraw", {**SUITE, "engine": "ray"}, output="v_ray")
+    assert duck.version is not None and ray_r.version is not None
+    assert duck.failed_rows > 0 and duck.warned_rows > 0
+    d, r = duck.to_dict(), ray_r.to_dict()
+    assert {**r, "version": None} == {**d, "version": None}
+    assert ray_r.version.content_hash == duck.version.content_hash
+    assert ray_r.version.parents == duck.version.parents == ["vraw@1"]
+    assert ray_r.version.transform == duck.version.transform
+    assert _quarantined("v_ray", "validate") == _quarantined("v_duck", "validate") == before
+    # A failing run fails the same way and commits nothing on either engine.
+    strict = {**SUITE, "max_failure_share": 0.0}
+    reasons = []
+    for engine in ("duckdb", "ray"):
+        failed = validate("vraw", {**strict, "engine": engine}, output="never")
+        assert not failed.passed and failed.version is None
+        reasons.append(failed.reasons)
+    assert reasons[0] == reasons[1] and reasons[0][0].startswith(f"{duck.failed_rows} of")

@@ -86,3 +86,28 @@ def test_a_failing_pipeline_job_exits_non_zero_with_one_line(cli, tmp_path: Path
     assert cli(
         "run", tmp_path / "pipeline.yaml", "--executor", "local", "--only", "clean"
     ).exit_code
+
+
+def test_the_pipeline_engine_applies_to_data_specs_that_name_none(tmp_path: Path) -> None:
+    """``engine:`` of the pipeline reaches each data step's spec; a step's own wins."""
+    from aifab.pipeline import StepContext
+    from aifab.pipeline.spec import PipelineSpec
+    from aifab.pipeline.steps import _spec
+
+    ctx = StepContext("p", "s", tmp_path, engine="ray")
+    steps = {"steps": [{"drop_duplicates": {}}]}
+    assert _spec(ctx, "aifab.data.clean:CleanSpec", steps)[0].engine == "ray"
+    own = {**steps, "engine": "duckdb"}
+    assert _spec(ctx, "aifab.data.clean:CleanSpec", own)[0].engine == "duckdb"
+    (tmp_path / "suite.yaml").write_text("expectations: [{not_null: {columns: [a]}}]\n")
+    assert _spec(ctx, "aifab.data.validate:ExpectationSuite", "suite.yaml")[0].engine == "ray"
+    split = _spec(ctx, "aifab.data.splits:SplitSpec", {"seed": 3})[0]
+    assert split.engine == "ray" and "engine" not in split.model_dump()
+    spec = PipelineSpec.model_validate(
+        {"name": "p", "engine": "ray", "steps": [{"name": "a", "uses": "clean"}]}
+    )
+    assert spec.engine == "ray"
+    with pytest.raises(ValueError, match="engine"):
+        PipelineSpec.model_validate(
+            {"name": "p", "engine": "spark", "steps": [{"name": "a", "uses": "clean"}]}
+        )
