@@ -320,3 +320,98 @@ def test_ray_validate_equals_duckdb_on_messy_data(ray_local: Any, small_blocks: 
         assert not failed.passed and failed.version is None
         reasons.append(failed.reasons)
     assert reasons[0] == reasons[1] and reasons[0][0].startswith(f"{duck.failed_rows} of")
+
+
+@pytest.mark.parametrize(
+    "spec",
+    [
+        {"seed": 11},
+        {
+            "method": "stratified",
+            "by": "color",
+            "seed": 5,
+            "fractions": {"train": 0.6, "valid": 0.25, "test": 0.15},
+        },
+        {"fractions": {"train": 1.0, "valid": 0.0, "test": 0.0}},
+    ],
+)
+def test_ray_split_equals_duckdb(
+    ray_local: Any, small_blocks: None, monkeypatch: pytest.MonkeyPatch, spec: dict[str, Any]
+) -> None:
+    """Hash ranks by distributed selection: the same rows in the same splits, same record.
+
+    Fewer hash bins here, so several rows share the bins the cuts fall in.
+    """
+    from aifab.data.engines import ray_split
+    from aifab.data.splits import split
+
+    monkeypatch.setattr(ray_split, "_SHIFT", 60)
+    raw = commit_query("sraw", MESSY, source="test", transform={"kind": "test"}).version
+    duck = split(raw.ref, spec, output="s_duck").version
+    ray_v = split(raw.ref, {**spec, "engine": "ray"}, output="s_ray").version
+    assert ray_v.content_hash == duck.content_hash and ray_v.schema == duck.schema
+    assert ray_v.transform == duck.transform and ray_v.parents == duck.parents == [raw.ref]
+
+
+def test_ray_split_refuses_what_duckdb_refuses(ray_local: Any) -> None:
+    from aifab.data.splits import split
+
+    commit_query("one", "SELECT i, i AS c FROM range(5) t(i)", source="t", transform={"kind": "t"})
+    messages = []
+    for engine in ("duckdb", "ray"):
+        with pytest.raises(InvalidInputError) as err:
+            split("one", {"method": "stratified", "by": "c", "engine": engine}, output="o")
+        messages.append(str(err.value))
+    assert messages[0] == messages[1] and "only one row" in messages[0]
+    with pytest.raises(InvalidInputError, match="'time' runs on the duckdb engine only"):
+        split("one", {"method": "time", "by": "c", "engine": "ray"}, output="o")
+
+
+def test_a_pipeline_engine_runs_its_data_steps_on_ray(ray_local: Any, tmp_path: Any) -> None:
+    """``engine: ray`` on the pipeline: clean, validate and split run on Ray (a step's own
+    ``engine: duckdb`` wins) and every version equals the one of the same pipeline on DuckDB."""
+    import json
+
+    from aifab.data.catalog import resolve
+    from aifab.pipeline.runner import run_pipeline
+
+    commit_query("praw", MESSY, source="test", transform={"kind": "test"})
+    suite = {**SUITE, "max_failure_share": 1.0}
+    split_spec = {"method": "stratified", "by": "color", "seed": 3}
+    features = {"features": [{"transform": "standardize", "column": "income"}], "engine": "duckdb"}
+
+    def steps(prefix: str) -> list[dict[str, Any]]:
+        return [
+            {
+                "name": "clean",
+                "uses": "clean",
+                "with": {"input": "praw", "output": f"{prefix}c", "spec": {"steps": STEPS[:4]}},
+            },
+            {
+                "name": "validate",
+                "uses": "validate",
+                "with": {"input": f"{prefix}c", "output": f"{prefix}v", "spec": suite},
+            },
+            {
+                "name": "split",
+                "uses": "split",
+                "with": {"input": f"{prefix}v", "output": f"{prefix}s", "spec": split_spec},
+            },
+            {
+                "name": "feats",
+                "uses": "features",
+                "with": {"input": f"{prefix}s", "output": f"{prefix}f", "spec": features},
+            },
+        ]
+
+    for name, engine, prefix in (("on-ray", "ray", "r_"), ("on-duckdb", None, "d_")):
+        path = tmp_path / f"{name}.yaml"
+        path.write_text(json.dumps({"name": name, "engine": engine, "steps": steps(prefix)}))
+        result = run_pipeline(path)
+        assert result.ok, result.to_dict()
+    assert resolve("r_c").transform["spec"]["engine"] == "ray"  # inherited from the pipeline
+    assert "engine" not in resolve("d_c").transform["spec"]
+    for suffix in ("c", "v", "s", "f"):
+        r, d = resolve(f"r_{suffix}"), resolve(f"d_{suffix}")
+        assert r.content_hash == d.content_hash and r.num_rows == d.num_rows > 0, suffix
+    assert resolve("r_s").transform == resolve("d_s").transform
