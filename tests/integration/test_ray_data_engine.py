@@ -415,3 +415,36 @@ def test_a_pipeline_engine_runs_its_data_steps_on_ray(ray_local: Any, tmp_path: 
         r, d = resolve(f"r_{suffix}"), resolve(f"d_{suffix}")
         assert r.content_hash == d.content_hash and r.num_rows == d.num_rows > 0, suffix
     assert resolve("r_s").transform == resolve("d_s").transform
+
+
+LABELS: dict[str, Any] = {
+    "key": "id",
+    "text_column": "note",
+    "functions": [
+        {"name": "mail", "label": "contact", "keyword": {"column": "note", "words": ["mail"]}},
+        {"name": "card", "label": "payment", "regex": {"column": "note", "pattern": "card \\d+"}},
+        {"name": "rich", "label": "payment", "weight": 0.5, "sql": "income > 5000"},
+        {"name": "red", "label": "contact", "weight": 2.0, "sql": "color = 'red'"},
+    ],
+}
+
+
+def test_ray_label_equals_duckdb(ray_local: Any, small_blocks: None) -> None:
+    """Labeling functions per block, human labels sent to every block, statistics summed."""
+    from aifab.data.label import label, submit_label
+
+    raw = commit_query("lraw", MESSY, source="test", transform={"kind": "test"}).version
+    submit_label("lraw", "5", "human-says")
+    submit_label("lraw", "650", "other")
+    duck = label(raw.ref, LABELS, output="l_duck").version
+    ray_v = label(raw.ref, {**LABELS, "engine": "ray"}, output="l_ray").version
+    assert ray_v.content_hash == duck.content_hash and ray_v.schema == duck.schema
+    assert ray_v.transform == duck.transform and ray_v.parents == duck.parents == [raw.ref]
+    assert duck.transform["stats"]["human"] > 0 and duck.transform["stats"]["covered"] > 0
+    bad = {**LABELS, "functions": [{"name": "x", "label": "y", "sql": "nope > 1"}]}
+    messages = []
+    for engine in ("duckdb", "ray"):
+        with pytest.raises(InvalidInputError) as err:
+            label(raw.ref, {**bad, "engine": engine}, output="never")
+        messages.append(str(err.value))
+    assert messages[0] == messages[1]

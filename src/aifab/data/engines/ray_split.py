@@ -39,15 +39,9 @@ def _prepare_sql(spec: SplitSpec) -> str:
     )
 
 
-def with_table(block: pa.Table, sql: str, table: pa.Table) -> pa.Table:
+def _with_cuts(block: pa.Table, sql: str, table: pa.Table) -> pa.Table:
     """``sql`` on one block, with the driver's small ``table`` readable as ``__aifab_cuts``."""
-    con = blocks.block_connection()
-    try:
-        con.register(blocks.BLOCK, block)
-        con.register(_CUTS, table)
-        return con.sql(sql).to_arrow_table()
-    finally:
-        con.close()
+    return blocks.run_sql_with(block, sql, {_CUTS: table})
 
 
 def _collect(ds: Any) -> pa.Table | None:
@@ -99,7 +93,7 @@ def _cut_keys(ds: Any, prepared: str, spec: SplitSpec) -> tuple[pa.Table, list[t
             f"AND t.bin = p.{_H} >> {_SHIFT})"
         )
         gathered = ds.map_batches(
-            with_table,
+            _with_cuts,
             batch_size=None,
             batch_format="pyarrow",
             fn_kwargs={"sql": gather_sql, "table": targets},
@@ -165,9 +159,9 @@ def split_on_ray(source: VersionInfo, spec: SplitSpec, output: str) -> CommitRes
     )
     columns = [c for c in schema.names if c != RN]
     assign = _assign_sql(prepared, columns)
-    empty = with_table(schema.empty_table(), assign, cuts)
+    empty = _with_cuts(schema.empty_table(), assign, cuts)
     out = ds.map_batches(
-        with_table,
+        _with_cuts,
         batch_size=None,
         batch_format="pyarrow",
         fn_kwargs={"sql": assign, "table": cuts},
