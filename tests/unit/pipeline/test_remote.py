@@ -111,3 +111,11 @@ def test_the_pipeline_engine_applies_to_data_specs_that_name_none(tmp_path: Path
         PipelineSpec.model_validate(
             {"name": "p", "engine": "spark", "steps": [{"name": "a", "uses": "clean"}]}
         )
+
+
+def test_the_shipped_ray_pipeline_can_be_sent_to_another_node() -> None:
+    """examples/quickstart/data-on-ray.yaml (README): self-contained once inlined, on Ray."""
+    path = Path(__file__).resolve().parents[3] / "examples" / "quickstart" / "data-on-ray.yaml"
+    spec = inline_pipeline(path)
+    assert spec.engine == "ray"
+    assert all(isinstance(s.with_["spec"], dict) for s in spec.steps)
