@@ -10,6 +10,7 @@ runs, steps, versions, lineage and quarantine land in the shared DB exactly as l
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -106,8 +107,26 @@ def submit_pipeline(
     job = submit(job_spec)
     final = run_until_final(job["id"], executor)
     if final["state"] != "succeeded":
-        raise AifabError(f"pipeline job {job['id']} {final['state']}: {final['reason']}")
+        why = _last_error(job["id"])
+        raise AifabError(
+            f"pipeline job {job['id']} {final['state']}: {final['reason']}"
+            + (f" ({why})" if why else "")
+        )
     return {"job": final, "result": job_result(job["id"])}
+
+
+def _last_error(job_id: str) -> str:
+    """The error a failed pipeline job's replica ended its log with ("" if none is readable)."""
+    from aifab.jobs.logs import tail_log
+
+    try:
+        lines = [line for line in tail_log(job_id).text.splitlines() if line.strip()]
+    except AifabError:
+        return ""
+    if not lines:
+        return ""
+    kind, sep, message = lines[-1].partition(": ")
+    return message if sep and re.fullmatch(r"[\w.]+(Error|Exception)", kind) else lines[-1]
 
 
 def main(config: dict[str, Any]) -> dict[str, Any]:

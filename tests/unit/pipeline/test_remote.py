@@ -83,6 +83,7 @@ def test_a_failing_pipeline_job_exits_non_zero_with_one_line(cli, tmp_path: Path
     got = cli("run", _files(tmp_path), "--executor", "local")  # dataset "raw" does not exist
     assert got.exit_code != 0
     assert got.stderr.strip().count("\n") == 0 and "pipeline job job_" in got.stderr
+    assert "step 'clean': dataset 'raw' not found" in got.stderr  # the replica's own error
     assert cli(
         "run", tmp_path / "pipeline.yaml", "--executor", "local", "--only", "clean"
     ).exit_code
