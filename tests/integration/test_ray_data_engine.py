@@ -272,3 +272,179 @@ def test_pipeline_steps_choose_the_ray_engine(ray_local: Any, tmp_path: Any) -> 
     assert resolve("fc").content_hash == duck.content_hash
     assert resolve("fc").transform["spec"]["engine"] == "ray"
     assert resolve("ff").transform["kind"] == "features" and resolve("ff").parents == ["fc@1"]
+
+
+SUITE: dict[str, Any] = {
+    "expectations": [
+        {"not_null": {"columns": ["age", "color"]}},
+        {"between": {"column": "income", "min": 0, "max": 12000}},
+        {"in_set": {"column": "color", "values": ["red", "green"], "level": "warn"}},
+        {"regex": {"column": "note", "pattern": ".*@x\\.org.*"}},
+        {"unique": {"columns": ["id", "color"]}},
+        {"sql": {"where": "length(coalesce(note, '')) < 70 OR id % 2 = 0"}},
+        {"row_count": {"min": 10}},
+        {"sql": {"assert": "SELECT count(DISTINCT color) <= 3 FROM data"}},
+    ],
+    "max_failure_share": 1.0,
+    "examples": 3,
+}
+
+
+def _quarantined(dataset: str, stage: str) -> list[tuple[Any, ...]]:
+    items = list_quarantine(dataset, stage=stage, limit=100_000)
+    return sorted(((i["rule"], i["reason"], i["line"], str(i["record"])) for i in items), key=str)
+
+
+def test_ray_validate_equals_duckdb_on_messy_data(ray_local: Any, small_blocks: None) -> None:
+    """Row rules per block, ``unique`` on a shuffle, dataset rules on the driver: the same
+    report, passing rows (content hash), lineage record and quarantine as DuckDB's."""
+    from aifab.data.validate import validate
+
+    commit_query("vraw", MESSY, source="test", transform={"kind": "test"})
+    duck = validate("vraw", SUITE, output="v_duck")
+    before = _quarantined("vraw", "validate")
+    ray_r = validate("vraw", {**SUITE, "engine": "ray"}, output="v_ray")
+    assert duck.version is not None and ray_r.version is not None
+    assert duck.failed_rows > 0 and duck.warned_rows > 0
+    d, r = duck.to_dict(), ray_r.to_dict()
+    assert {**r, "version": None} == {**d, "version": None}
+    assert ray_r.version.content_hash == duck.version.content_hash
+    assert ray_r.version.parents == duck.version.parents == ["vraw@1"]
+    assert ray_r.version.transform == duck.version.transform
+    assert _quarantined("v_ray", "validate") == _quarantined("v_duck", "validate") == before
+    # A failing run fails the same way and commits nothing on either engine.
+    strict = {**SUITE, "max_failure_share": 0.0}
+    reasons = []
+    for engine in ("duckdb", "ray"):
+        failed = validate("vraw", {**strict, "engine": engine}, output="never")
+        assert not failed.passed and failed.version is None
+        reasons.append(failed.reasons)
+    assert reasons[0] == reasons[1] and reasons[0][0].startswith(f"{duck.failed_rows} of")
+
+
+@pytest.mark.parametrize(
+    "spec",
+    [
+        {"seed": 11},
+        {
+            "method": "stratified",
+            "by": "color",
+            "seed": 5,
+            "fractions": {"train": 0.6, "valid": 0.25, "test": 0.15},
+        },
+        {"fractions": {"train": 1.0, "valid": 0.0, "test": 0.0}},
+    ],
+)
+def test_ray_split_equals_duckdb(
+    ray_local: Any, small_blocks: None, monkeypatch: pytest.MonkeyPatch, spec: dict[str, Any]
+) -> None:
+    """Hash ranks by distributed selection: the same rows in the same splits, same record.
+
+    Fewer hash bins here, so several rows share the bins the cuts fall in.
+    """
+    from aifab.data.engines import ray_split
+    from aifab.data.splits import split
+
+    monkeypatch.setattr(ray_split, "_SHIFT", 60)
+    raw = commit_query("sraw", MESSY, source="test", transform={"kind": "test"}).version
+    duck = split(raw.ref, spec, output="s_duck").version
+    ray_v = split(raw.ref, {**spec, "engine": "ray"}, output="s_ray").version
+    assert ray_v.content_hash == duck.content_hash and ray_v.schema == duck.schema
+    assert ray_v.transform == duck.transform and ray_v.parents == duck.parents == [raw.ref]
+
+
+def test_ray_split_refuses_what_duckdb_refuses(ray_local: Any) -> None:
+    from aifab.data.splits import split
+
+    commit_query("one", "SELECT i, i AS c FROM range(5) t(i)", source="t", transform={"kind": "t"})
+    messages = []
+    for engine in ("duckdb", "ray"):
+        with pytest.raises(InvalidInputError) as err:
+            split("one", {"method": "stratified", "by": "c", "engine": engine}, output="o")
+        messages.append(str(err.value))
+    assert messages[0] == messages[1] and "only one row" in messages[0]
+    with pytest.raises(InvalidInputError, match="'time' runs on the duckdb engine only"):
+        split("one", {"method": "time", "by": "c", "engine": "ray"}, output="o")
+
+
+def test_a_pipeline_engine_runs_its_data_steps_on_ray(ray_local: Any, tmp_path: Any) -> None:
+    """``engine: ray`` on the pipeline: clean, validate and split run on Ray (a step's own
+    ``engine: duckdb`` wins) and every version equals the one of the same pipeline on DuckDB."""
+    import json
+
+    from aifab.data.catalog import resolve
+    from aifab.pipeline.runner import run_pipeline
+
+    commit_query("praw", MESSY, source="test", transform={"kind": "test"})
+    suite = {**SUITE, "max_failure_share": 1.0}
+    split_spec = {"method": "stratified", "by": "color", "seed": 3}
+    features = {"features": [{"transform": "standardize", "column": "income"}], "engine": "duckdb"}
+
+    def steps(prefix: str) -> list[dict[str, Any]]:
+        return [
+            {
+                "name": "clean",
+                "uses": "clean",
+                "with": {"input": "praw", "output": f"{prefix}c", "spec": {"steps": STEPS[:4]}},
+            },
+            {
+                "name": "validate",
+                "uses": "validate",
+                "with": {"input": f"{prefix}c", "output": f"{prefix}v", "spec": suite},
+            },
+            {
+                "name": "split",
+                "uses": "split",
+                "with": {"input": f"{prefix}v", "output": f"{prefix}s", "spec": split_spec},
+            },
+            {
+                "name": "feats",
+                "uses": "features",
+                "with": {"input": f"{prefix}s", "output": f"{prefix}f", "spec": features},
+            },
+        ]
+
+    for name, engine, prefix in (("on-ray", "ray", "r_"), ("on-duckdb", None, "d_")):
+        path = tmp_path / f"{name}.yaml"
+        path.write_text(json.dumps({"name": name, "engine": engine, "steps": steps(prefix)}))
+        result = run_pipeline(path)
+        assert result.ok, result.to_dict()
+    assert resolve("r_c").transform["spec"]["engine"] == "ray"  # inherited from the pipeline
+    assert "engine" not in resolve("d_c").transform["spec"]
+    for suffix in ("c", "v", "s", "f"):
+        r, d = resolve(f"r_{suffix}"), resolve(f"d_{suffix}")
+        assert r.content_hash == d.content_hash and r.num_rows == d.num_rows > 0, suffix
+    assert resolve("r_s").transform == resolve("d_s").transform
+
+
+LABELS: dict[str, Any] = {
+    "key": "id",
+    "text_column": "note",
+    "functions": [
+        {"name": "mail", "label": "contact", "keyword": {"column": "note", "words": ["mail"]}},
+        {"name": "card", "label": "payment", "regex": {"column": "note", "pattern": "card \\d+"}},
+        {"name": "rich", "label": "payment", "weight": 0.5, "sql": "income > 5000"},
+        {"name": "red", "label": "contact", "weight": 2.0, "sql": "color = 'red'"},
+    ],
+}
+
+
+def test_ray_label_equals_duckdb(ray_local: Any, small_blocks: None) -> None:
+    """Labeling functions per block, human labels sent to every block, statistics summed."""
+    from aifab.data.label import label, submit_label
+
+    raw = commit_query("lraw", MESSY, source="test", transform={"kind": "test"}).version
+    submit_label("lraw", "5", "human-says")
+    submit_label("lraw", "650", "other")
+    duck = label(raw.ref, LABELS, output="l_duck").version
+    ray_v = label(raw.ref, {**LABELS, "engine": "ray"}, output="l_ray").version
+    assert ray_v.content_hash == duck.content_hash and ray_v.schema == duck.schema
+    assert ray_v.transform == duck.transform and ray_v.parents == duck.parents == [raw.ref]
+    assert duck.transform["stats"]["human"] > 0 and duck.transform["stats"]["covered"] > 0
+    bad = {**LABELS, "functions": [{"name": "x", "label": "y", "sql": "nope > 1"}]}
+    messages = []
+    for engine in ("duckdb", "ray"):
+        with pytest.raises(InvalidInputError) as err:
+            label(raw.ref, {**bad, "engine": engine}, output="never")
+        messages.append(str(err.value))
+    assert messages[0] == messages[1]

@@ -50,13 +50,32 @@ RECORD = {
 
 
 @dataclass
-class Trained:
-    """What the module's one Ray-trained quickstart left behind for its tests."""
+class Nodes:
+    """The module's one local Ray cluster and the settings its nodes share."""
 
     env: dict[str, str]  # the settings every node shares (DB, tracking, store, credentials)
     head: Path  # the head's AIFAB_HOME
     node_root: Path  # where Ray replicas keep their node-local workspaces
     worker_dir: Path  # the (empty) directory Ray's workers start in
+    tmp: Path
+
+    def head_env(self) -> dict[str, str]:
+        """What the head's process runs with."""
+        return {
+            **self.env,
+            "AIFAB_HOME": str(self.head),
+            "AIFAB_RAY_NODE_HOME": str(self.node_root),
+        }
+
+
+@dataclass
+class Trained:
+    """What the module's one Ray-trained quickstart left behind for its tests."""
+
+    env: dict[str, str]
+    head: Path
+    node_root: Path
+    worker_dir: Path
     job: dict[str, Any]
     steps: dict[str, dict[str, Any]]
     cwd_listing: list[str]  # what a replica saw in its working directory
@@ -87,14 +106,9 @@ def _pipeline(tmp: Path) -> Path:
 
 
 @pytest.fixture(scope="module")
-def trained(
+def nodes(
     pg_server: Any, s3_server: Any, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[Trained]:
-    from aifab.jobs.launch import attempt_dir
-    from aifab.jobs.service import get_job, submit
-    from aifab.jobs.worker import run_until_final
-    from aifab.pipeline.runner import run_pipeline
-
+) -> Iterator[Nodes]:
     tmp = tmp_path_factory.mktemp("ray-cluster")
     env = _shared_env(pg_server, s3_server)
     head, node_root, worker_dir = tmp / "head" / ".aifab", tmp / "ray-nodes", tmp / "worker-cwd"
@@ -105,12 +119,23 @@ def trained(
     cluster = local_ray(
         "aifab", (*env, "AIFAB_HOME"), working_dir=str(worker_dir), env_vars=node_settings
     )
-    with cluster, pytest.MonkeyPatch.context() as mp:
-        head_env = {**env, "AIFAB_HOME": str(head), "AIFAB_RAY_NODE_HOME": str(node_root)}
-        for key, value in head_env.items():
+    with cluster:
+        yield Nodes(env, head, node_root, worker_dir, tmp)
+    reset_engines()
+
+
+@pytest.fixture(scope="module")
+def trained(nodes: Nodes) -> Iterator[Trained]:
+    from aifab.jobs.launch import attempt_dir
+    from aifab.jobs.service import get_job, submit
+    from aifab.jobs.worker import run_until_final
+    from aifab.pipeline.runner import run_pipeline
+
+    with pytest.MonkeyPatch.context() as mp:
+        for key, value in nodes.head_env().items():
             mp.setenv(key, value)
         reset_engines()
-        result = run_pipeline(_pipeline(tmp))
+        result = run_pipeline(_pipeline(nodes.tmp))
         assert result.ok, [(s.name, s.error) for s in result.steps if s.error]
         steps = {s.name: s.outputs for s in result.steps}
         job = get_job(steps["train"]["details"]["job_id"])
@@ -119,7 +144,7 @@ def trained(
         assert run_until_final(probe["id"], "ray")["state"] == "succeeded"
         log = (attempt_dir(probe["id"], 1) / "replica-0.log").read_text()
         listing = json.loads(log.strip().splitlines()[-1])
-    yield Trained(env, head, node_root, worker_dir, job, steps, listing)
+    yield Trained(nodes.env, nodes.head, nodes.node_root, nodes.worker_dir, job, steps, listing)
     reset_engines()
 
 
@@ -187,4 +212,107 @@ def test_aifab_serve_in_a_third_directory_serves_the_model_trained_on_ray(
     assert answer.status_code == 200, answer.text
     (pred,) = answer.json()["predictions"]
     assert pred["label"] in ("churn", "stay")
+    reset_engines()
+
+
+def _messy_csv(path: Path) -> Path:
+    """Customers as exports look: duplicate lines, blanks, junk numbers, typos in the millions,
+    categories in mixed case with stray spaces."""
+    lines = ["customer_id,age,income,plan,tickets,label"]
+    for i in range(160):
+        age = "" if i % 11 == 0 else ("unknown" if i % 23 == 0 else str(20 + i % 50))
+        income = "" if i % 13 == 0 else str(1e9 if i % 37 == 0 else 20000 + (i * 7919) % 60000)
+        plan = [" Basic", "PRO", "basic ", "pro"][i % 4]
+        tickets = i % 5
+        lines.append(f"C{i},{age},{income},{plan},{tickets},{'churn' if tickets > 2 else 'stay'}")
+    lines += lines[5:9]  # a double export of a few rows
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+_CLEAN = """steps:
+  - drop_duplicates: {}
+  - normalize_text: {columns: [plan], lower: true}
+  - cast: {columns: {age: INTEGER}}
+  - fill_nulls: {strategy: {age: median, income: median}}
+  - clip: {columns: [income], upper_quantile: 0.95}
+"""
+
+_PIPELINE = """name: rp-on-ray
+steps:
+  - {name: clean, uses: clean, with: {input: rp_raw, output: rp_clean, spec: clean.yaml}}
+  - name: features
+    uses: features
+    with:
+      input: rp_clean
+      output: rp_features
+      spec:
+        features:
+          - {transform: standardize, column: age}
+          - {transform: log1p, column: income}
+          - {transform: standardize, column: tickets}
+          - {transform: onehot, column: plan}
+        passthrough: [label]
+"""
+
+
+def test_a_clean_features_pipeline_runs_on_a_ray_worker_that_cannot_see_the_heads_disk(
+    nodes: Nodes, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from aifab.data.catalog import resolve
+    from aifab.data.ingest import ingest
+    from aifab.data.quarantine import list_quarantine
+    from aifab.data.verify import verify_lake
+    from aifab.jobs.service import job_result, submit
+    from aifab.jobs.worker import run_until_final
+    from aifab.pipeline import submit_pipeline
+
+    for key, value in nodes.head_env().items():
+        monkeypatch.setenv(key, value)
+    reset_engines()
+    raw = ingest("rp_raw", _messy_csv(tmp_path / "customers.csv")).version
+    (tmp_path / "clean.yaml").write_text(_CLEAN)  # inlined by the head: the worker has no copy
+    (tmp_path / "pipeline.yaml").write_text(_PIPELINE)
+    out = submit_pipeline(tmp_path / "pipeline.yaml", executor="ray")
+    job, result = out["job"], out["result"]
+    assert job["executor"] == "ray" and job["state"] == "succeeded", job["events"]
+    assert result["status"] == "succeeded"
+    assert [s["status"] for s in result["steps"].values()] == ["succeeded", "succeeded"]
+    # The head sees the worker's versions, with their lineage, in the shared DB and store.
+    clean_v, feats_v = resolve("rp_clean"), resolve("rp_features")
+    assert result["steps"]["clean"]["datasets"][0]["ref"] == clean_v.ref
+    assert clean_v.parents == [raw.ref] and feats_v.parents == [clean_v.ref]
+    assert [next(iter(s)) for s in clean_v.transform["spec"]["steps"]][:2] == [
+        "drop_duplicates",
+        "normalize_text",
+    ]
+    assert 0 < clean_v.num_rows < raw.num_rows  # the double export is gone
+    # The worker wrote into a workspace of its own; none of its objects are on the head's disk.
+    node_home = nodes.node_root / job["id"]
+    assert list((node_home / "lake").rglob("*.parquet"))
+    assert not any((nodes.head / key).exists() for key in (*clean_v.objects, *feats_v.objects))
+    # The junk ages were quarantined by the cast, with their reason, under the input dataset.
+    bad = list_quarantine("rp_raw", stage="clean", limit=100)
+    assert bad and all("age" in item["reason"] for item in bad)
+    # `aifab data verify` on the head re-hashes what the worker stored.
+    for name in ("rp_clean", "rp_features"):
+        report = verify_lake(name)
+        assert report.checked >= 1 and not report.problems, report.to_dict()
+    # A recipe job on the Ray worker trains on the features the pipeline fitted there.
+    config = {
+        "dataset": clean_v.ref,
+        "label": "label",
+        "features": feats_v.dataset,
+        "epochs": 2,
+        "batch_size": 32,
+        "seed": 7,
+        "experiment": "rp-on-ray",
+    }
+    train = submit(
+        {"name": "rp-train", "executor": "ray", "run": {"recipe": "classify", "config": config}}
+    )
+    final = run_until_final(train["id"], "ray")
+    assert final["state"] == "succeeded", final["events"]
+    trained = job_result(train["id"]) or {}
+    assert trained["run_id"] and trained["metrics"]
     reset_engines()

@@ -17,6 +17,10 @@ if TYPE_CHECKING:
 
 _FORCE_HELP = "Run every step, even those whose inputs are unchanged."
 _ONLY_HELP = "Run just this step (it reads the latest versions of its inputs)."
+_EXECUTOR_HELP = (
+    "Run the pipeline as a job on this executor (ray, volcano, local) and wait for it: a node "
+    "that shares only the DB and the object store; spec files are sent inline."
+)
 _NEXT_COMMANDS = [
     "aifab data list",
     "aifab data lineage {features}",
@@ -36,12 +40,16 @@ def register(app: typer.Typer) -> None:
         pipeline: Path = typer.Argument(..., help="Pipeline YAML file."),
         force: bool = typer.Option(False, "--force", help=_FORCE_HELP),
         only: str | None = typer.Option(None, "--only", help=_ONLY_HELP),
+        executor: str | None = typer.Option(None, "--executor", help=_EXECUTOR_HELP),
         as_json: bool = typer.Option(False, "--json", help=JSON_HELP),
     ) -> None:
         """Run a pipeline's steps in order, skipping those whose inputs have not changed."""
         from aifab.pipeline import run_pipeline
 
         _check_example_path(pipeline)
+        if executor is not None:
+            _submit(pipeline, executor, force, only, as_json)
+            return
         result = run_pipeline(pipeline, force=force, only=only)
         if as_json:
             print_json(result.to_dict())
@@ -184,6 +192,26 @@ def _show_run(result: RunResult, title: str) -> None:
     for s in result.steps:
         for artifact in s.outputs.get("artifacts", []):
             emit(f"artifact of step {s.name!r}: {artifact}", False)
+
+
+def _submit(pipeline: Path, executor: str, force: bool, only: str | None, as_json: bool) -> None:
+    """``aifab run FILE --executor X``: the pipeline as a job; show its steps when it is done."""
+    from aifab.core.errors import InvalidInputError
+    from aifab.pipeline import submit_pipeline
+
+    if only is not None:
+        raise InvalidInputError("--only runs a step here: leave it out with --executor")
+    out = submit_pipeline(pipeline, executor=executor, force=force)
+    if as_json:
+        print_json(out)
+        return
+    result = out["result"] or {}
+    rows = [
+        {"step": name, "status": step["status"], "outputs": _outputs_text(step)}
+        for name, step in result.get("steps", {}).items()
+    ]
+    title = f"pipeline {result.get('pipeline')} ({result.get('run_id')}) as job {out['job']['id']}"
+    print_table(rows, ["step", "status", "outputs"], title=title)
 
 
 def _quarantine_counts(result: RunResult) -> dict[str, dict[str, int]]:

@@ -15,6 +15,7 @@ from pydantic import BeforeValidator, ConfigDict, Field, model_validator
 
 from aifab.core.config import StrictConfig
 from aifab.data.clean_steps import RN, Scalar, one_key_form, sql_literal
+from aifab.data.engines import Engine
 from aifab.data.lake import sql_ident, sql_string
 from aifab.data.sandbox import check_expression
 
@@ -259,6 +260,12 @@ class ExpectationSuite(StrictConfig):
         description="Largest share of rows that may fail error-level rules (default 0).",
     )
     examples: int = Field(5, ge=0, le=100, description="Failing rows shown per rule.")
+    # Left out of dumps: both engines give the same rows, quarantine and lineage record.
+    engine: Engine = Field(
+        "duckdb",
+        exclude=True,
+        description="duckdb (in-process) or ray (Ray Data, for tables beyond one node).",
+    )
 
     def to_yaml_dict(self) -> dict[str, object]:
         """The suite in its YAML shape (one key per expectation), JSON-ready."""

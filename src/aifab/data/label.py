@@ -78,7 +78,8 @@ def _human_labels(datasets: Iterable[str]) -> pa.Table:
     )
 
 
-def _label_sql(v: VersionInfo, spec: LabelSpec, with_humans: bool) -> str:
+def _label_sql(v: VersionInfo, spec: LabelSpec, with_humans: bool, keyed: str = "") -> str:
+    """The labeled rows of ``keyed`` (default: ``v``'s rows with ``__row`` and ``__key``)."""
     imported = (
         "CASE WHEN label_source = 'import' THEN label END"
         if set(LABEL_COLUMNS) <= set(v.columns)
@@ -86,7 +87,7 @@ def _label_sql(v: VersionInfo, spec: LabelSpec, with_humans: bool) -> str:
     )
     base = (
         f"SELECT *, {imported} AS __imp, {', '.join(fires_sql(spec))} "
-        f"FROM ({keyed_sql(v, spec.key)})"
+        f"FROM ({keyed or keyed_sql(v, spec.key)})"
     )
     old = [c for c in LABEL_COLUMNS if c in v.columns]
     drop = ", ".join(
@@ -106,6 +107,18 @@ def _label_sql(v: VersionInfo, spec: LabelSpec, with_humans: bool) -> str:
         f"END AS label_source "
         f"FROM ({vote_sql(spec, f'({base})')}) t{join} ORDER BY t.__row"
     )
+
+
+def label_transform(spec: LabelSpec, stats: dict[str, Any]) -> dict[str, Any]:
+    """The lineage record of a labeled version."""
+    return {
+        "kind": "label",
+        "method": "functions",
+        "key": spec.key,
+        "text_column": spec.text_column,
+        "spec": spec.model_dump(mode="json"),
+        "stats": stats,
+    }
 
 
 def label(
@@ -130,6 +143,10 @@ def label(
     v = resolve(ref)
     _check_column(v, "key", cfg.key)
     _check_column(v, "text_column", cfg.text_column)
+    if cfg.engine == "ray":
+        from aifab.data.engines.ray_label import label_on_ray
+
+        return label_on_ray(v, cfg, output or v.dataset)
     con = lake.connect(sandboxed=True)  # labeling functions are user-written SQL
     rel = v.scan_sql()
     check_functions(con, rel, v.columns, cfg)
@@ -139,19 +156,11 @@ def label(
     try:
         stats = function_stats(con, rel, cfg)
         stats["human"] = _count_matches(con, v, cfg.key) if humans.num_rows else 0
-        transform = {
-            "kind": "label",
-            "method": "functions",
-            "key": cfg.key,
-            "text_column": cfg.text_column,
-            "spec": cfg.model_dump(mode="json"),
-            "stats": stats,
-        }
         return commit_query(
             name,
             _label_sql(v, cfg, humans.num_rows > 0),
             source=f"label({v.ref})",
-            transform=transform,
+            transform=label_transform(cfg, stats),
             parents=[v],
             con=con,
         )

@@ -15,6 +15,7 @@ from pydantic import Field, model_validator
 from aifab.core.config import StrictConfig
 from aifab.core.errors import InvalidInputError, first_line
 from aifab.data import lake
+from aifab.data.engines import Engine
 from aifab.data.sandbox import check_expression
 
 LABEL_COLUMNS = ("label", "label_confidence", "label_source")
@@ -61,6 +62,12 @@ class LabelSpec(StrictConfig):
     key: str | None = Field(None, description="Item key column (default: the row number).")
     text_column: str | None = Field(None, description="Column shown to human labelers.")
     functions: list[LabelingFunction] = Field(min_length=1)
+    # Left out of dumps: both engines give the same rows and the same lineage record.
+    engine: Engine = Field(
+        "duckdb",
+        exclude=True,
+        description="duckdb (in-process) or ray (Ray Data, for tables beyond one node).",
+    )
 
     @model_validator(mode="after")
     def _unique_names(self) -> LabelSpec:
@@ -166,28 +173,43 @@ def function_stats(con: duckdb.DuckDBPyConnection, rel: str, spec: LabelSpec) ->
     Coverage is the share of rows a function fires on; a conflict is a row where it fires
     and another function votes a different label.
     """
+    row = con.execute(
+        f"SELECT {', '.join(stats_aggregates(spec))} "
+        f"FROM (SELECT {', '.join(fires_sql(spec))} FROM {rel})"
+    ).fetchall()[0]
+    assert row is not None
+    return stats_from_counts([int(v or 0) for v in row], spec)
+
+
+def stats_aggregates(spec: LabelSpec) -> list[str]:
+    """The counts behind :func:`function_stats` over rows with the ``__lf<i>`` columns.
+
+    Rows, rows any function fires on, then fires and conflicts of each function (sums of
+    them over parts of a table are the whole table's: the Ray engine adds its blocks').
+    """
     fns = spec.functions
     aggs = ["count(*)", "count_if(" + " OR ".join(f"__lf{i}" for i in range(len(fns))) + ")"]
     for i, fn in enumerate(fns):
         rivals = [f"__lf{j}" for j, o in enumerate(fns) if o.label != fn.label]
         clash = f" AND ({' OR '.join(rivals)})" if rivals else " AND false"
         aggs += [f"count_if(__lf{i})", f"count_if(__lf{i}{clash})"]
-    row = con.execute(
-        f"SELECT {', '.join(aggs)} FROM (SELECT {', '.join(fires_sql(spec))} FROM {rel})"
-    ).fetchall()[0]
-    assert row is not None
-    n, covered = int(row[0]), int(row[1])
+    return aggs
+
+
+def stats_from_counts(counts: list[int], spec: LabelSpec) -> dict[str, Any]:
+    """:func:`function_stats` from the values of :func:`stats_aggregates`."""
+    n, covered = counts[0], counts[1]
 
     def share(k: int) -> float:
         return round(k / n, 6) if n else 0.0
 
     per_fn = {
         fn.name: {
-            "fires": int(row[2 + 2 * i]),
-            "coverage": share(int(row[2 + 2 * i])),
-            "conflicts": int(row[3 + 2 * i]),
-            "conflict_rate": share(int(row[3 + 2 * i])),
+            "fires": counts[2 + 2 * i],
+            "coverage": share(counts[2 + 2 * i]),
+            "conflicts": counts[3 + 2 * i],
+            "conflict_rate": share(counts[3 + 2 * i]),
         }
-        for i, fn in enumerate(fns)
+        for i, fn in enumerate(spec.functions)
     }
     return {"rows": n, "covered": covered, "coverage": share(covered), "functions": per_fn}

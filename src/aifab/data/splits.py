@@ -22,6 +22,7 @@ from aifab.core.config import StrictConfig, as_config
 from aifab.core.errors import InvalidInputError
 from aifab.data import lake
 from aifab.data.catalog import CommitResult, VersionInfo, commit_query, resolve
+from aifab.data.engines import Engine
 
 SPLIT_COLUMN = "split"
 _NAMES = ("train", "valid", "test")
@@ -54,6 +55,13 @@ class SplitSpec(StrictConfig):
     )
     seed: int = Field(0, description="Seed of the random order (random and stratified).")
     fractions: SplitFractions = Field(default_factory=SplitFractions)
+    # Left out of dumps: both engines give the same rows and the same lineage record.
+    engine: Engine = Field(
+        "duckdb",
+        exclude=True,
+        description="duckdb (in-process) or ray (Ray Data, for tables beyond one node; "
+        "random and stratified splits).",
+    )
 
     @model_validator(mode="after")
     def _by_matches_method(self) -> SplitSpec:
@@ -122,6 +130,16 @@ def _expected_counts(con: duckdb.DuckDBPyConnection, v: VersionInfo, spec: Split
         f"SELECT CAST({lake.sql_ident(spec.by)} AS VARCHAR), count(*) FROM {v.scan_sql()} "
         "GROUP BY ALL ORDER BY 1 NULLS FIRST"
     ).fetchall()
+    return class_counts(rows, spec)
+
+
+def class_counts(rows: list[tuple[Any, int]], spec: SplitSpec) -> dict[str, Any]:
+    """Per-split totals and rows per split of each class, from ``(class, rows)`` pairs.
+
+    Raises:
+        InvalidInputError: a class has one row (it cannot be shared between the splits).
+    """
+    assert spec.by is not None
     single = [str(k) for k, n in rows if n == 1]
     if single:
         shown = ", ".join(repr(k) for k in single[:20]) + (" ..." if len(single) > 20 else "")
@@ -164,6 +182,10 @@ def split(
             f"split spec: by: column {cfg.by!r} not found in {v.ref} "
             f"(columns: {', '.join(v.columns)})"
         )
+    if cfg.engine == "ray":
+        from aifab.data.engines.ray_split import split_on_ray
+
+        return split_on_ray(v, cfg, output or v.dataset)
     con = lake.connect()
     try:
         counts = _expected_counts(con, v, cfg)

@@ -17,7 +17,7 @@ import duckdb
 from aifab.core.config import as_config
 from aifab.core.errors import InvalidInputError
 from aifab.data import lake
-from aifab.data.catalog import VersionInfo, commit_query, resolve
+from aifab.data.catalog import CommitResult, VersionInfo, commit_query, resolve
 from aifab.data.clean import check_columns, describe, fetch
 from aifab.data.clean_steps import RN
 from aifab.data.expectations import (
@@ -190,18 +190,37 @@ def _find_failures(
         Rows failing an error-level rule, rows failing a warn-level rule, and rule results.
         ``__err`` in the table marks the rows that fail an error-level rule.
     """
+    select = failures_sql(rules, columns, _BASE, [r.fails for r in rules])
+    fetch(con, f"CREATE TEMP TABLE {_FAILED} AS {select}", where)
+    return failure_results(con, rules, examples)
+
+
+def failures_sql(rules: list[RowRule], columns: list[str], base: str, fails: list[str]) -> str:
+    """The SELECT of the failing rows of ``base``.
+
+    Its columns: row number, a flag per rule (``fails``: the rules' SQL or what stands for
+    it), ``__err`` (an error-level rule failed) and the row as JSON.
+    """
     flags = [f"__aifab_f{i}" for i in range(len(rules))]
     errors = [f for r, f in zip(rules, flags, strict=True) if r.level == "error"]
-    warns = [f for r, f in zip(rules, flags, strict=True) if r.level == "warn"]
     record = "{" + ", ".join(f"{sql_string(c)}: {sql_ident(c)}" for c in columns) + "}"
-    inner = ", ".join(f"{r.fails} AS {f}" for r, f in zip(rules, flags, strict=True))
-    fetch(
-        con,
-        f"CREATE TEMP TABLE {_FAILED} AS SELECT {sql_ident(RN)} AS rn, "
+    inner = ", ".join(f"{f} AS {flag}" for f, flag in zip(fails, flags, strict=True))
+    return (
+        f"SELECT {sql_ident(RN)} AS rn, "
         f"{', '.join(flags)}, ({_any(errors)}) AS __err, to_json({record}) AS rec "
-        f"FROM (SELECT *, {inner} FROM {_BASE}) AS t WHERE {_any(flags)}",
-        where,
+        f"FROM (SELECT *, {inner} FROM {base}) AS t WHERE {_any(flags)}"
     )
+
+
+def failure_results(
+    con: duckdb.DuckDBPyConnection, rules: list[RowRule], examples: int
+) -> tuple[int, int, list[RuleResult]]:
+    """Counts and examples per rule from the failing-rows table.
+
+    The table holds the rows of :func:`failures_sql`; the Ray engine fills it from its blocks.
+    """
+    flags = [f"__aifab_f{i}" for i in range(len(rules))]
+    warns = [f for r, f in zip(rules, flags, strict=True) if r.level == "warn"]
     counts = con.execute(
         f"SELECT count(*) FILTER (__err), count(*) FILTER ({_any(warns)}), "
         f"{', '.join(f'count(*) FILTER ({f})' for f in flags)} FROM {_FAILED}"
@@ -246,6 +265,65 @@ def _items(con: duckdb.DuckDBPyConnection, rules: list[RowRule]) -> Iterator[Qua
                     yield QuarantineItem(rule.name, reason, row, rn)
 
 
+def judged_report(
+    source: VersionInfo,
+    suite: ExpectationSuite,
+    found: tuple[int, int, list[RuleResult]],
+    output: str | None,
+) -> tuple[ValidationReport, bool]:
+    """The judged report of ``found`` (failed rows, warned rows, rule results).
+
+    Also whether the passing rows are to be committed (a passing run with failures, or a
+    new dataset).
+    """
+    failed, warned, results = found
+    report = ValidationReport(
+        source.ref,
+        True,
+        source.num_rows,
+        failed,
+        0,
+        results,
+        warned_rows=warned,
+        max_failure_share=suite.max_failure_share,
+    )
+    report.judge()
+    renamed = output is not None and output != source.dataset
+    if not report.passed or (failed and suite.on_failure == "report"):
+        return report, False
+    if not failed and not renamed:
+        report.version = source
+        return report, False
+    return report, True
+
+
+def validate_transform(suite: ExpectationSuite, report: ValidationReport) -> dict[str, Any]:
+    """The lineage record of the passing rows' version."""
+    return {
+        "kind": "validate",
+        "suite": suite.to_yaml_dict(),
+        "failed_rows": report.failed_rows,
+        "rules": {r.name: r.failed for r in report.rules},
+    }
+
+
+def record_commit(
+    report: ValidationReport,
+    result: CommitResult,
+    con: duckdb.DuckDBPyConnection,
+    rules: list[RowRule],
+    source: VersionInfo,
+) -> None:
+    """Put the commit in the report and quarantine the failing rows (of ``con``'s table)."""
+    report.version, report.created = result.version, result.created
+    if result.created and report.failed_rows:
+        report.quarantined = quarantine(
+            source.dataset, "validate", _items(con, rules), version_id=source.id
+        )
+        if result.version.dataset != source.dataset:  # findable under either name
+            quarantine(result.version.dataset, "validate", _items(con, rules), version_id=source.id)
+
+
 def validate(
     ref: str,
     spec: ExpectationSuite | Path | str | Mapping[str, Any],
@@ -268,6 +346,10 @@ def validate(
     """
     suite = as_config(ExpectationSuite, spec, source="expectation suite")
     source = resolve(ref)
+    if suite.engine == "ray":
+        from aifab.data.engines.ray_validate import validate_on_ray
+
+        return validate_on_ray(source, suite, output)
     con = lake.connect(sandboxed=True)
     try:
         fetch(con, f"CREATE TEMP VIEW data AS SELECT * FROM {source.scan_sql()}", source.ref)
@@ -286,22 +368,8 @@ def validate(
             else (0, 0, [])
         )
         results += _dataset_results(source, suite)
-        report = ValidationReport(
-            source.ref,
-            True,
-            source.num_rows,
-            failed,
-            0,
-            results,
-            warned_rows=warned,
-            max_failure_share=suite.max_failure_share,
-        )
-        report.judge()
-        renamed = output is not None and output != source.dataset
-        if not report.passed or (failed and suite.on_failure == "report"):
-            return report
-        if not failed and not renamed:
-            report.version = source
+        report, commit = judged_report(source, suite, (failed, warned, results), output)
+        if not commit:
             return report
         keep = (
             f"SELECT {', '.join(sql_ident(c) for c in columns)} FROM {_BASE} AS b "
@@ -313,29 +381,15 @@ def validate(
             )
             + f"ORDER BY b.{sql_ident(RN)}"
         )
-        transform = {
-            "kind": "validate",
-            "suite": suite.to_yaml_dict(),
-            "failed_rows": failed,
-            "rules": {r.name: r.failed for r in results},
-        }
         result = commit_query(
             output or source.dataset,
             keep,
             source=f"validate({source.ref})",
-            transform=transform,
+            transform=validate_transform(suite, report),
             parents=[source],
             con=con,
         )
-        report.version, report.created = result.version, result.created
-        if result.created and failed:
-            report.quarantined = quarantine(
-                source.dataset, "validate", _items(con, rules), version_id=source.id
-            )
-            if result.version.dataset != source.dataset:  # findable under either name
-                quarantine(
-                    result.version.dataset, "validate", _items(con, rules), version_id=source.id
-                )
+        record_commit(report, result, con, rules, source)
         return report
     except duckdb.Error as exc:
         raise sql_error(f"validate {source.ref}", exc) from None

@@ -5,7 +5,7 @@ from __future__ import annotations
 from aifab.core.registry import Registry
 
 #: Recipe name -> ``"module:function"``; the function takes the recipe config (a dict).
-#: Later layers (``aifab.train``) add their recipes here by name.
+#: Later layers (``aifab.train``, ``aifab.pipeline``) add their recipes here by name.
 RECIPES = Registry(
     "recipe",
     {
@@ -17,5 +17,6 @@ RECIPES = Registry(
         "lora": "aifab.train.recipes.lora:main",
         "kge": "aifab.train.recipes.kge:main",
         "contrastive": "aifab.train.recipes.contrastive:main",
+        "pipeline": "aifab.pipeline.remote:main",
     },
 )

@@ -150,7 +150,9 @@ def _run_steps(
         if failed is not None:
             run.steps.append(StepResult(step.name, step.uses, NOT_RUN))
             continue
-        ctx = StepContext(spec.name, step.name, base, dict(produced), dict(outputs))
+        ctx = StepContext(
+            spec.name, step.name, base, dict(produced), dict(outputs), engine=spec.engine
+        )
         result, exc = _run_step(run.run_id, step, ctx, force)
         run.steps.append(result)
         if result.status == FAILED:

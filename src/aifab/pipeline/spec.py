@@ -19,6 +19,7 @@ from aifab.core.config import StrictConfig, load_yaml
 from aifab.core.errors import InvalidInputError
 from aifab.core.ids import digest, file_digest
 from aifab.data.catalog import VersionInfo, resolve
+from aifab.data.engines import Engine
 from aifab.data.refs import parse_ref
 
 M = TypeVar("M", bound=BaseModel)
@@ -51,6 +52,11 @@ class PipelineSpec(StrictConfig):
     name: str = Field(pattern=_NAME_PATTERN, description="Pipeline name (keys its run history).")
     description: str = Field("", description="What the pipeline does.")
     steps: list[StepSpec] = Field(min_length=1, description="Steps, run top to bottom.")
+    engine: Engine | None = Field(
+        None,
+        description="Engine of every data step whose spec names none: duckdb or ray (Ray "
+        "Data, for tables beyond one node). A step's own spec `engine` wins.",
+    )
 
     @field_validator("steps")
     @classmethod
@@ -120,6 +126,7 @@ class StepContext:
             step reading ``customers_clean`` gets exactly what the ``clean`` step produced.
         step_outputs: earlier steps' recorded outputs by step name (a ``register`` step reads
             the run id of the ``train`` step it names).
+        engine: the pipeline's ``engine``, for data specs that name none.
     """
 
     pipeline: str
@@ -127,6 +134,7 @@ class StepContext:
     base_dir: Path
     produced: Mapping[str, str] = field(default_factory=dict)
     step_outputs: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    engine: str | None = None
 
     def path(self, value: str | Path) -> Path:
         """Resolve a path from ``with`` against the pipeline file's directory."""

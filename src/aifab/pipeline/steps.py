@@ -79,8 +79,18 @@ def _spec(ctx: StepContext, model_name: str, spec: str | dict[str, Any]) -> tupl
     model: type[BaseModel] = load_target(model_name)
     if isinstance(spec, str):
         path = ctx.path(spec)
-        return parse_config(model, load_yaml(path), source=spec), [path]
-    return validate_params(model, spec, "with.spec"), []
+        return parse_config(model, _engine(ctx, model, load_yaml(path)), source=spec), [path]
+    return validate_params(model, _engine(ctx, model, spec), "with.spec"), []
+
+
+def _engine(ctx: StepContext, model: type[BaseModel], spec: Any) -> Any:
+    """The spec with the pipeline's ``engine`` when it names none (a step's own wins).
+
+    The cache key stays the step's own parameters: both engines commit the same content.
+    """
+    if ctx.engine is None or "engine" not in model.model_fields or not isinstance(spec, dict):
+        return spec
+    return {"engine": ctx.engine, **spec}
 
 
 def ingest(ctx: StepContext, params: Mapping[str, Any]) -> PreparedStep:

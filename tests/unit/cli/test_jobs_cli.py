@@ -122,7 +122,7 @@ def test_submit_options_override_the_file(cli: Cli, tmp_path: Path) -> None:
         (
             "name: t\nrun: {recipe: fly}\n",
             "run.recipe: unknown recipe 'fly' (known: classify, contrastive, custom, kge, lm, "
-            "lora, noop, sleep)",
+            "lora, noop, pipeline, sleep)",
         ),
         (
             "name: t\nrun: {command: 'true'}\nreplicas: 3\nresources: {cpu: 2}\n",

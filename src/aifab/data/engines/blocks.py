@@ -62,6 +62,18 @@ def run_sql(block: pa.Table, sql: str, udfs: Sequence[str] = ()) -> pa.Table:
         con.close()
 
 
+def run_sql_with(block: pa.Table, sql: str, tables: dict[str, pa.Table]) -> pa.Table:
+    """:func:`run_sql` with the driver's small ``tables`` (name -> table) readable too."""
+    con = block_connection()
+    try:
+        con.register(BLOCK, block)
+        for name, table in tables.items():
+            con.register(name, table)
+        return con.sql(sql).to_arrow_table()
+    finally:
+        con.close()
+
+
 def describe(schema: pa.Schema, sql: str, udfs: Sequence[str] = ()) -> dict[str, str]:
     """Column name -> DuckDB type of ``sql`` over a block of ``schema`` (planning only)."""
     con = block_connection(udfs)
