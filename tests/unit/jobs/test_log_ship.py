@@ -1,0 +1,93 @@
+"""Replica logs on an object store (moto's S3 server, the stand-in for S3/MinIO): a worker on
+another node (its own AIFAB_HOME; the same DB and store) runs a job, and this workspace, whose
+local directory never holds the log, follows it to the end through the chunks shipped."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from aifab.core.storage import get_store
+from aifab.jobs import get_job, log_path, submit, tail_log
+from aifab.jobs.executors.ray_replica import ReplicaProcess
+from aifab.jobs.log_ship import read_stored
+
+pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="Linux processes")
+
+CODE = (
+    "import sys, time\n"
+    "for i in range(10):\n"
+    "    print(f'line {i}', flush=True); time.sleep(0.5)\n"
+    "sys.stdout.write('no newline at the end')\n"
+)
+EXPECTED = "".join(f"line {i}\n" for i in range(10)) + "no newline at the end"
+
+
+@pytest.fixture(autouse=True)
+def _on_s3(s3_storage: str) -> str:
+    return s3_storage
+
+
+def test_a_log_written_on_another_node_is_followed_from_here_to_the_end(
+    workspace: Path, tmp_path: Path
+) -> None:
+    job = submit(
+        {
+            "name": "t",
+            "run": {"command": [sys.executable, "-c", CODE]},
+            "resources": {"cpu": 1, "memory": "64Mi"},
+        }
+    )
+    node = tmp_path / "node-a"
+    env = {
+        **os.environ,
+        "AIFAB_HOME": str(node),
+        "AIFAB_DB_URL": f"sqlite:///{workspace / 'aifab.db'}",
+    }
+    worker = subprocess.Popen(
+        [sys.executable, "-m", "aifab", "worker", "--poll", "0.1", "--exit-when-idle", "2"],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+    try:
+        chunks: list[str] = []
+        cursor = None
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            tail = tail_log(job["id"], cursor)
+            if tail.text:
+                chunks.append(tail.text)
+            cursor = tail.cursor
+            if tail.final:
+                break
+            time.sleep(0.1)
+        assert worker.wait(timeout=120) == 0, worker.stderr.read().decode()[-1500:]  # type: ignore[union-attr]
+    finally:
+        if worker.poll() is None:
+            worker.kill()
+            worker.wait()
+    assert get_job(job["id"])["state"] == "succeeded"
+    assert "".join(chunks) == EXPECTED
+    assert len(chunks) > 1  # it came while the job ran, not in one piece at the end
+    assert not log_path(job["id"], 1).exists()  # read from the store, not from this disk
+    assert (node / log_path(job["id"], 1).relative_to(workspace)).read_text() == EXPECTED
+
+
+def test_a_ray_replica_ships_its_log_from_its_node(tmp_path: Path) -> None:
+    # The actor's body is plain Python: run here as a Ray node would run it.
+    store = get_store()
+    key = "logs/jobs/job_x/attempt-1/replica-0.log"
+    local = tmp_path / "node" / key
+    replica = ReplicaProcess()
+    replica.start([sys.executable, "-c", CODE], {}, None, str(local), (store.uri, key))
+    assert replica.wait()["exit_code"] == 0
+    data = EXPECTED.encode()
+    assert read_stored(store, key, 0, 1 << 20) == (data, True)
+    assert read_stored(store, key, 7, 10) == (data[7:17], False)  # by offset, across chunks
+    assert read_stored(store, key, len(data), 10) == (b"", True)
