@@ -91,6 +91,7 @@ def trained(
     pg_server: Any, s3_server: Any, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Trained]:
     from aifab.jobs.launch import attempt_dir
+    from aifab.jobs.logs import tail_log
     from aifab.jobs.service import get_job, submit
     from aifab.jobs.worker import run_until_final
     from aifab.pipeline.runner import run_pipeline
@@ -117,8 +118,11 @@ def trained(
         command = [sys.executable, "-c", _LIST_CWD]
         probe = submit({"name": "cwd-probe", "executor": "ray", "run": {"command": command}})
         assert run_until_final(probe["id"], "ray")["state"] == "succeeded"
-        log = (attempt_dir(probe["id"], 1) / "replica-0.log").read_text()
-        listing = json.loads(log.strip().splitlines()[-1])
+        # The replica wrote its log on its node and shipped it: the head reads it from the store.
+        assert not (attempt_dir(probe["id"], 1) / "replica-0.log").exists()
+        log = tail_log(probe["id"])
+        assert log.final
+        listing = json.loads(log.text.strip().splitlines()[-1])
     yield Trained(env, head, node_root, worker_dir, job, steps, listing)
     reset_engines()
 
