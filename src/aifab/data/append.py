@@ -265,7 +265,7 @@ def flush_appends(name: str) -> VersionInfo | None:
         claim.rmdir()
         return None
     try:
-        version = pending_store.commit_batches(name, files).version
+        version = pending_store.commit_claimed(name, files)
     except Exception as exc:
         _give_back(pending, claim, files, first_line(exc))
         raise IntegrityError(

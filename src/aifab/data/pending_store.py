@@ -12,7 +12,7 @@ leaves objects that the next flush finds recorded and deletes without sealing th
 
 A version is appended to the version its seal started from: if another seal committed since,
 the transaction rolls back and the seal starts over from the new latest version, so no seal
-builds on a stale base and drops rows sealed meanwhile.
+builds on a stale base and drops rows sealed meanwhile (locally too: :func:`commit_claimed`).
 
 Batch ids carry their row count (``batch_<time>_<random>_<rows>``): counting pending rows is one
 listing, not a read per batch. Failed attempts are write-once markers
@@ -61,13 +61,17 @@ def _prefix(name: str) -> str:
 def commit_batches(
     name: str, files: Sequence[Path], *, on_record: OnRecord | None = None
 ) -> CommitResult:
-    """Commit Parquet batch files as the next version of ``name``: its latest version + them."""
+    """Commit Parquet batch files as the next version of ``name``: its latest version + them.
+
+    Raises:
+        _Raced: another version of ``name`` was committed since its latest was read (the new
+            version would leave that one's rows out); nothing was recorded.
+    """
     con = lake.connect()
     staged = lake.staging_path()
     lake.copy_to_parquet(con, f"SELECT * FROM {lake.scan_sql_paths(files)}", staged)
     rows = sum(pq.read_metadata(f).num_rows for f in files)
     base = latest(name)
-    guard = None if on_record is None else _guarded(base, on_record)
     return commit_staged(
         name,
         staged,
@@ -76,8 +80,25 @@ def commit_batches(
         parents=[base] if base else [],
         base=base,
         con=con,
-        on_record=guard,
+        on_record=_guarded(base, on_record),
     )
+
+
+def commit_claimed(name: str, files: Sequence[Path]) -> VersionInfo:
+    """Commit batch files this process alone holds (claimed locally), on the latest version.
+
+    Two seals of one dataset may run at once (two processes, the server's sealer workers); one
+    that finds a version committed meanwhile starts over on it instead of dropping its rows.
+
+    Raises:
+        ConflictError: other seals kept committing first :data:`MAX_RACES` times.
+    """
+    for _ in range(MAX_RACES):
+        try:
+            return commit_batches(name, files).version
+        except _Raced:
+            continue
+    raise ConflictError(f"dataset {name!r}: other seals kept committing first; flush again")
 
 
 def latest(name: str) -> VersionInfo | None:
@@ -88,11 +109,12 @@ def latest(name: str) -> VersionInfo | None:
         return None
 
 
-def _guarded(base: VersionInfo | None, inner: OnRecord) -> OnRecord:
+def _guarded(base: VersionInfo | None, inner: OnRecord | None) -> OnRecord:
     def check(session: Session, row: VersionRow) -> None:
         if row.version != (base.version if base else 0) + 1:
             raise _Raced(f"version {row.version - 1} was committed meanwhile")
-        inner(session, row)
+        if inner is not None:
+            inner(session, row)
 
     return check
 

@@ -1,5 +1,5 @@
-"""Processes standing for machines: each with its own empty AIFAB_HOME, sharing what the test's
-environment names (the metadata DB, the store), started so their work begins at one moment."""
+"""Processes standing for machines: each with its own empty AIFAB_HOME (or one shared), sharing
+what the test's environment names (the metadata DB, the store), started to work at one moment."""
 
 from __future__ import annotations
 
@@ -10,11 +10,14 @@ import time
 from pathlib import Path
 
 
-def run_nodes(script: str, tmp_path: Path, *args: str, nodes: str = "ab") -> None:
+def run_nodes(
+    script: str, tmp_path: Path, *args: str, nodes: str = "ab", home: Path | None = None
+) -> None:
     """Run ``script`` as one process per node and wait for all of them.
 
     The script gets ``node at *args`` in ``sys.argv[1:]``; it should sleep until ``at`` (a
     time a few seconds ahead, past every process's start-up) so the nodes run together.
+    ``home``: every process uses this AIFAB_HOME (processes of one machine) instead of its own.
 
     Raises:
         AssertionError: a node failed (with the end of its stderr).
@@ -22,7 +25,7 @@ def run_nodes(script: str, tmp_path: Path, *args: str, nodes: str = "ab") -> Non
     at = str(time.time() + 4)
     procs = []
     for node in nodes:
-        env = {**os.environ, "AIFAB_HOME": str(tmp_path / f"node-{node}")}
+        env = {**os.environ, "AIFAB_HOME": str(home or tmp_path / f"node-{node}")}
         procs.append(
             subprocess.Popen(
                 [sys.executable, "-c", script, node, at, *args], env=env, stderr=subprocess.PIPE
