@@ -28,6 +28,8 @@ CHUNK_BYTES = 256 * 1024
 #: ...or once new bytes have waited this long.
 EVERY_S = 2.0
 _TICK_S = 0.25
+#: The largest chunk (a log that grew faster than the ticks is shipped in pieces this big).
+_MAX_CHUNK = 8 << 20
 
 
 def _chunk_key(key: str, seq: int) -> str:
@@ -77,24 +79,23 @@ class LogShipper:
             if new >= self.chunk_bytes or (new > 0 and time.monotonic() - last >= self.every_s):
                 try:
                     self.ship()
-                except OSError as exc:  # the store is unreachable: try again at the next tick
+                except Exception as exc:  # noqa: BLE001 - the store failed: retry at the next tick
                     log.warning("shipping %s failed: %s", self.key, exc)
                 last = time.monotonic()
 
     def ship(self) -> None:
-        """Store what was appended since the last chunk as the next chunk (nothing if none)."""
+        """Store what was appended since the last chunk as the next chunk(s) (nothing if none)."""
         with self._lock:
             try:
-                with self.path.open("rb") as fh:
-                    fh.seek(self._shipped)
-                    data = fh.read()
+                fh = self.path.open("rb")
             except FileNotFoundError:
                 return
-            if not data:
-                return
-            self._seq += 1
-            self.store.write_bytes(_chunk_key(self.key, self._seq), data, once=True)
-            self._shipped += len(data)
+            with fh:
+                fh.seek(self._shipped)
+                while data := fh.read(_MAX_CHUNK):  # a burst goes out in bounded pieces
+                    self.store.write_bytes(_chunk_key(self.key, self._seq + 1), data, once=True)
+                    self._seq += 1
+                    self._shipped += len(data)
 
     def close(self) -> None:
         """Stop the thread and ship the rest (call once the replica's process has exited)."""

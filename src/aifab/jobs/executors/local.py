@@ -89,12 +89,12 @@ class _Replica:
 
 
 def _shipper(path: Path) -> LogShipper | None:
-    """A started shipper of the log ``path`` when the workspace is on an object store."""
+    """A shipper (not started) of the log ``path`` when the workspace is on an object store."""
     store = get_store()
     if store.is_local:
         return None
     key = path.relative_to(get_workspace().root).as_posix()
-    return LogShipper(path, key, store).start()
+    return LogShipper(path, key, store)
 
 
 @dataclass
@@ -211,6 +211,7 @@ class LocalExecutor:
 
     def _spawn(self, launch: Launch, rl: ReplicaLaunch, gpus: list[str]) -> _Replica:
         rl.log_path.parent.mkdir(parents=True, exist_ok=True)
+        shipper = _shipper(rl.log_path)  # before the process: a store error leaves no orphan
         env = {**os.environ, **rl.env, "CUDA_VISIBLE_DEVICES": ",".join(gpus)}
         with open(rl.log_path, "ab") as log:
             proc = subprocess.Popen(
@@ -224,7 +225,9 @@ class LocalExecutor:
                 # Python between fork and exec in this threaded process.
                 start_new_session=True,
             )
-        return _Replica(rl.rank, proc, time.monotonic(), len(gpus), shipper=_shipper(rl.log_path))
+        return _Replica(
+            rl.rank, proc, time.monotonic(), len(gpus), shipper=shipper and shipper.start()
+        )
 
     def poll(self, handle: dict[str, Any]) -> AttemptStatus:
         """Reap exited replicas (killing what they left behind); a failed replica stops its gang."""
