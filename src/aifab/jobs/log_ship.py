@@ -12,16 +12,20 @@ executor's replica actor uses it too.
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import os
+import sys
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 from aifab.core.storage import Store
 
 log = logging.getLogger("aifab.jobs.log_ship")
 
-__all__ = ["CHUNK_BYTES", "EVERY_S", "LogShipper", "read_stored", "stored_size"]
+__all__ = ["CHUNK_BYTES", "EVERY_S", "LogShipper", "read_stored", "shipped_output", "stored_size"]
 
 #: Ship a chunk once this many bytes are new...
 CHUNK_BYTES = 256 * 1024
@@ -141,3 +145,45 @@ def read_stored(store: Store, key: str, offset: int, max_bytes: int) -> tuple[by
             out += store.fs.cat_file(path, start=lo, end=hi)
         start = end
     return bytes(out[:max_bytes]), len(out) <= max_bytes
+
+
+@contextlib.contextmanager
+def shipped_output(key: str, path: Path, store: Store) -> Iterator[None]:
+    """Copy this process's stdout and stderr (and its children's) to ``path`` and the store.
+
+    For a replica whose output only its container runtime keeps (a Volcano pod): what it
+    prints still reaches the original stdout (stderr merged into it, as ``kubectl logs`` shows
+    them) and also the file ``path``, which a :class:`LogShipper` ships to ``key``. Everything
+    is shipped when the block ends.
+    """
+    path.parent.mkdir(parents=True, exist_ok=True)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    saved = os.dup(1), os.dup(2)
+    read_end, write_end = os.pipe()
+    os.dup2(write_end, 1)
+    os.dup2(write_end, 2)
+    os.close(write_end)
+    copier = threading.Thread(target=_copy, args=(read_end, saved[0], path), daemon=True)
+    copier.start()
+    shipper = LogShipper(path, key, store).start()
+    try:
+        yield
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os.dup2(saved[0], 1)  # closes the pipe's last write ends this process holds
+        os.dup2(saved[1], 2)
+        copier.join(timeout=10)  # a child still holding the pipe must not hang the exit
+        shipper.close()
+        os.close(saved[0])
+        os.close(saved[1])
+
+
+def _copy(read_end: int, out: int, path: Path) -> None:
+    with path.open("ab") as log_file:
+        while data := os.read(read_end, 1 << 16):
+            os.write(out, data)
+            log_file.write(data)
+            log_file.flush()
+    os.close(read_end)

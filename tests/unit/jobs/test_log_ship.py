@@ -91,3 +91,42 @@ def test_a_ray_replica_ships_its_log_from_its_node(tmp_path: Path) -> None:
     assert read_stored(store, key, 0, 1 << 20) == (data, True)
     assert read_stored(store, key, 7, 10) == (data[7:17], False)  # by offset, across chunks
     assert read_stored(store, key, len(data), 10) == (b"", True)
+
+
+def test_a_volcano_pods_recipe_output_reaches_the_store_and_its_own_stdout(
+    workspace: Path, tmp_path: Path
+) -> None:
+    from aifab.jobs.executors.volcano import POD_HOME, VolcanoExecutor
+    from aifab.jobs.launch import build_launch
+    from aifab.jobs.spec import JobSpec
+
+    spec = JobSpec.model_validate(
+        {
+            "name": "echo",
+            "executor": "volcano",
+            "replicas": 2,
+            "run": {"recipe": "echo", "config": {"lines": ["one", "two"]}},
+        }
+    )
+    manifest = VolcanoExecutor(dry_run=True).render_job(build_launch("job-9", 3, spec, ("n",) * 2))
+    (c,) = manifest["spec"]["tasks"][0]["template"]["spec"]["containers"]
+    env = {e["name"]: e["value"] for e in c["env"] if "value" in e}
+    assert env["AIFAB_JOB_LOG_KEY"] == "logs/jobs/job-9/attempt-3/replica-{rank}.log"
+    assert env["AIFAB_HOME"] == POD_HOME
+    # The pod's command, run here with the pod's environment (its own scratch home, rank 1).
+    pod = {**os.environ, **env, "AIFAB_HOME": str(tmp_path / "pod"), "RANK": "1"}
+    done = subprocess.run(
+        [sys.executable, *c["command"][1:]], env=pod, capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == "one\ntwo\n"  # still the pod's own output (kubectl logs)
+    key = "logs/jobs/job-9/attempt-3/replica-1.log"
+    assert read_stored(get_store(), key, 0, 1 << 20) == (b"one\ntwo\n", True)
+    # A recipe that fails: its traceback is in the shipped log too, and the pod fails.
+    bad = {**pod, "RANK": "0", "AIFAB_JOB_CONFIG_JSON": '{"lines": 5}'}
+    done = subprocess.run(
+        [sys.executable, *c["command"][1:]], env=bad, capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 1 and "TypeError" in done.stdout  # merged, as kubectl logs shows
+    data, _ = read_stored(get_store(), "logs/jobs/job-9/attempt-3/replica-0.log", 0, 1 << 20)
+    assert b"Traceback" in data and b"TypeError" in data
