@@ -130,3 +130,16 @@ def test_a_volcano_pods_recipe_output_reaches_the_store_and_its_own_stdout(
     assert done.returncode == 1 and "TypeError" in done.stdout  # merged, as kubectl logs shows
     data, _ = read_stored(get_store(), "logs/jobs/job-9/attempt-3/replica-0.log", 0, 1 << 20)
     assert b"Traceback" in data and b"TypeError" in data
+
+
+def test_a_ray_replica_that_cannot_reach_the_store_still_runs_and_says_why(
+    tmp_path: Path,
+) -> None:
+    local = tmp_path / "node" / "replica-0.log"
+    replica = ReplicaProcess()
+    info = replica.start(
+        [sys.executable, "-c", "print('hi')"], {}, None, str(local), ("nope://b", "k")
+    )
+    assert "log_not_shipped" in info and "nope" in info["log_not_shipped"]
+    assert replica.wait()["exit_code"] == 0
+    assert local.read_text() == "hi\n"  # kept on its node

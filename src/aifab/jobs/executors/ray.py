@@ -220,6 +220,14 @@ class RayExecutor:
             if isinstance(cause, Exception):
                 raise cause from None
             raise
+        for rl, st in zip(reps, started, strict=True):
+            if why := st.get("log_not_shipped"):
+                log.warning(
+                    "job %s replica %d: its log stays on its node, not shipped to the store: %s",
+                    launch.job_id,
+                    rl.rank,
+                    why,
+                )
         key = f"{launch.job_id}/{launch.attempt}"
         refs = [a.wait.remote() for a in actors]
         self._runs[key] = _Run(actors, refs, pg, [rl.rank for rl in reps], r.gpu)

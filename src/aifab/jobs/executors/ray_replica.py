@@ -71,13 +71,18 @@ class ReplicaProcess:
                 start_new_session=True,
             )
         self._started = time.monotonic()
+        info: dict[str, Any] = {"pgid": self._proc.pid, "start": start_ticks(self._proc.pid)}
         if ship_to is not None:
             from aifab.core.storage import store_at
             from aifab.jobs.log_ship import LogShipper
 
             uri, key = ship_to
-            self._shipper = LogShipper(Path(log_path), key, store_at(uri)).start()
-        return {"pgid": self._proc.pid, "start": start_ticks(self._proc.pid)}
+            try:
+                self._shipper = LogShipper(Path(log_path), key, store_at(uri)).start()
+            except Exception as exc:  # noqa: BLE001 - the replica runs; the head says why
+                # (a node without the store's credentials): its log stays on this node.
+                info["log_not_shipped"] = f"{type(exc).__name__}: {exc}".splitlines()[0]
+        return info
 
     def wait(self) -> dict[str, Any]:
         """Wait for the replica to exit; kill what it left; return exit code and usage."""
