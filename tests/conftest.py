@@ -78,6 +78,23 @@ def s3_storage(s3_server: Any, workspace: Path, monkeypatch: pytest.MonkeyPatch)
     return uri
 
 
+@pytest.fixture
+def other_node(
+    workspace: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> Callable[[], Path]:
+    """Call to move this test onto another machine: an empty AIFAB_HOME (returned), the same
+    metadata DB and the same store."""
+
+    def switch() -> Path:
+        home = tmp_path / "node2"
+        monkeypatch.setenv("AIFAB_DB_URL", f"sqlite:///{workspace / 'aifab.db'}")
+        monkeypatch.setenv("AIFAB_HOME", str(home))
+        reset_engines()
+        return home
+
+    return switch
+
+
 #: Live-server tests run on loaded 2-core machines (CI included), where httpx's 5 s default
 #: timeout fails requests that are merely slow. Calls that pass a timeout keep theirs.
 PATIENT_TIMEOUT_S = 60.0

@@ -16,6 +16,7 @@ from sqlalchemy import select
 from aifab.core.db import session_scope
 from aifab.jobs.executors.ray import RayExecutor
 from aifab.jobs.launch import attempt_dir, build_launch
+from aifab.jobs.logs import tail_log
 from aifab.jobs.service import cancel, get_job, submit
 from aifab.jobs.spec import JobSpec
 from aifab.jobs.tables import AttemptRow
@@ -27,17 +28,16 @@ FINAL = ("succeeded", "failed", "cancelled")
 
 
 @pytest.fixture(scope="module")
-def ray_local() -> Iterator[Any]:
+def ray_local(s3_server: Any) -> Iterator[Any]:
+    """A local Ray whose workers have the S3 stand-in's credentials (as a team's nodes do)."""
     ray = pytest.importorskip("ray")
-    saved = os.environ.get("RAY_AUTH_MODE")
-    os.environ["RAY_AUTH_MODE"] = "disabled"
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, namespace="aifab")
-    yield ray
-    ray.shutdown()
-    if saved is None:
-        os.environ.pop("RAY_AUTH_MODE", None)
-    else:
-        os.environ["RAY_AUTH_MODE"] = saved
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("RAY_AUTH_MODE", "disabled")
+        for key, value in s3_server.env.items():
+            mp.setenv(key, value)
+        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, namespace="aifab")
+        yield ray
+        ray.shutdown()
 
 
 @pytest.fixture
@@ -246,7 +246,11 @@ def test_with_an_object_store_a_replica_uses_its_own_workspace(
     drive(worker, lambda: state(job["id"]) in FINAL)
     info = get_job(job["id"])
     assert info["state"] == "succeeded", info["events"]
-    text = (attempt_dir(job["id"], 1) / "replica-0.log").read_text()
+    # Its log was written on its node and shipped to the store; this machine reads it there.
+    assert not (attempt_dir(job["id"], 1) / "replica-0.log").exists()
+    log = tail_log(job["id"])
+    assert log.final
+    text = log.text
     home = f"/tmp/aifab-ray/{job['id']}"
     assert f"home {home} store {s3_storage} cwd " in text
     assert f"ckpt {home}/artifacts/jobs/{job['id']}/checkpoints" in text

@@ -31,19 +31,16 @@ def ray_local(workspace: Path) -> Iterator[Any]:
         os.environ["RAY_AUTH_MODE"] = saved
 
 
-def test_classify_on_two_ray_train_workers(ray_local: Any, workspace: Path) -> None:
+def _config(workspace: Path) -> dict[str, Any]:
+    """The breast-cancer table ingested as ``bc``, and a short classify config on it."""
     from sklearn.datasets import load_breast_cancer
-
-    from aifab.core.workspace import get_workspace
-    from aifab.track.runs import list_runs
-    from aifab.train.distributed_ray import run_with_ray_train
 
     frame = load_breast_cancer(as_frame=True).frame
     frame.columns = [c.replace(" ", "_") for c in frame.columns]
     csv = workspace.parent / "bc.csv"
     frame.to_csv(csv, index=False)
     ingest("bc", str(csv))
-    config = {
+    return {
         "dataset": "bc",
         "label": "target",
         "epochs": 10,
@@ -54,7 +51,13 @@ def test_classify_on_two_ray_train_workers(ray_local: Any, workspace: Path) -> N
         "progress": False,
     }
 
-    summary = run_with_ray_train("classify", config, num_workers=2)
+
+def test_classify_on_two_ray_train_workers(ray_local: Any, workspace: Path) -> None:
+    from aifab.core.workspace import get_workspace
+    from aifab.track.runs import list_runs
+    from aifab.train.distributed_ray import run_with_ray_train
+
+    summary = run_with_ray_train("classify", _config(workspace), num_workers=2)
 
     assert summary["metrics"]["test_accuracy"] >= 0.9
     ray_train = summary["ray_train"]
@@ -65,3 +68,18 @@ def test_classify_on_two_ray_train_workers(ray_local: Any, workspace: Path) -> N
     assert Path(ray_train["path"]).is_relative_to(get_workspace().artifacts / "ray-train")
     runs = list_runs("ray-train")
     assert [r["id"] for r in runs] == [summary["run_id"]]
+
+
+def test_ray_train_keeps_its_results_on_the_object_store(
+    s3_storage: str, ray_local: Any, workspace: Path
+) -> None:
+    """With a store (moto's S3 server, the stand-in for S3/MinIO) Ray Train's storage path is
+    on it: workers on other nodes could not upload to the driver's disk."""
+    from aifab.core.storage import get_store
+    from aifab.train.distributed_ray import run_with_ray_train
+
+    summary = run_with_ray_train("classify", _config(workspace), num_workers=2)
+    assert summary["metrics"]["test_accuracy"] >= 0.9
+    assert summary["ray_train"]["world_size"] == 2
+    stored = get_store().list("artifacts/ray-train")
+    assert stored and not (workspace / "artifacts" / "ray-train").exists()

@@ -42,3 +42,17 @@ def db_url(
     reset_engines()
     yield url
     reset_engines()
+
+
+@pytest.fixture
+def shared_pg(pg_server: PostgresServer, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
+    """A fresh PostgreSQL database for this test and the node processes it starts, migrated once
+    before they start (so they do not all migrate at once)."""
+    from aifab.core.db import get_engine, reset_engines
+
+    url = pg_server.new_database()
+    monkeypatch.setenv("AIFAB_DB_URL", url)
+    reset_engines()
+    get_engine()
+    yield url
+    reset_engines()

@@ -127,6 +127,7 @@ def nodes(
 @pytest.fixture(scope="module")
 def trained(nodes: Nodes) -> Iterator[Trained]:
     from aifab.jobs.launch import attempt_dir
+    from aifab.jobs.logs import tail_log
     from aifab.jobs.service import get_job, submit
     from aifab.jobs.worker import run_until_final
     from aifab.pipeline.runner import run_pipeline
@@ -142,8 +143,11 @@ def trained(nodes: Nodes) -> Iterator[Trained]:
         command = [sys.executable, "-c", _LIST_CWD]
         probe = submit({"name": "cwd-probe", "executor": "ray", "run": {"command": command}})
         assert run_until_final(probe["id"], "ray")["state"] == "succeeded"
-        log = (attempt_dir(probe["id"], 1) / "replica-0.log").read_text()
-        listing = json.loads(log.strip().splitlines()[-1])
+        # The replica wrote its log on its node and shipped it: the head reads it from the store.
+        assert not (attempt_dir(probe["id"], 1) / "replica-0.log").exists()
+        log = tail_log(probe["id"])
+        assert log.final
+        listing = json.loads(log.text.strip().splitlines()[-1])
     yield Trained(nodes.env, nodes.head, nodes.node_root, nodes.worker_dir, job, steps, listing)
     reset_engines()
 

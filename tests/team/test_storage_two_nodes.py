@@ -4,15 +4,11 @@ stand-in for S3/MinIO), commit versions of one dataset at once and lose none."""
 
 from __future__ import annotations
 
-import os
-import subprocess
 import sys
-import time
 from pathlib import Path
 
-import pytest
-
-from aifab.core.db import reset_engines
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from nodes import run_nodes  # noqa: E402
 
 _NODE = """
 import sys, time
@@ -26,28 +22,14 @@ for i in range(n):
 
 
 def test_two_nodes_commit_concurrently_without_losing_a_version(
-    pg_server, s3_storage: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    shared_pg: str, s3_storage: str, tmp_path: Path
 ) -> None:
-    from aifab.core.db import get_engine
     from aifab.core.storage import get_store
     from aifab.data.catalog import list_versions
     from aifab.data.verify import verify_lake
 
-    monkeypatch.setenv("AIFAB_DB_URL", pg_server.new_database())
-    reset_engines()
-    get_engine()  # migrate once before the nodes start
     n = 6
-    at = str(time.time() + 4)
-    procs = []
-    for node in ("a", "b"):
-        env = {**os.environ, "AIFAB_HOME": str(tmp_path / f"node-{node}")}
-        procs.append(
-            subprocess.Popen(
-                [sys.executable, "-c", _NODE, node, at, str(n)], env=env, stderr=subprocess.PIPE
-            )
-        )
-    errors = [p.communicate(timeout=300)[1].decode()[-1500:] for p in procs]
-    assert [p.returncode for p in procs] == [0, 0], errors
+    run_nodes(_NODE, tmp_path, str(n))
     versions = list_versions("shared")
     assert sorted(v.version for v in versions) == list(range(1, 2 * n + 1))
     assert sorted((v.source, v.num_rows) for v in versions) == sorted(

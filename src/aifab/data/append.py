@@ -6,6 +6,9 @@ claimed by renaming them into a claim folder (only one process can win a rename)
 committed as a new version made of the previous version's objects plus one new object. A claim
 left by a dead process is handed back on the next flush. A batch whose commit keeps failing is
 set aside in ``failed/`` with its reason after a few attempts, so it is not retried forever.
+
+With ``AIFAB_STORAGE_URI`` set the batches are write-once objects on the store instead, seen and
+sealed exactly once by any machine (:mod:`aifab.data.pending_store`); unset, nothing changes.
 """
 
 from __future__ import annotations
@@ -24,12 +27,13 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from aifab.core.atomic import atomic_path, atomic_write_text
-from aifab.core.errors import IntegrityError, InvalidInputError, NotFoundError, first_line
+from aifab.core.errors import IntegrityError, InvalidInputError, first_line
 from aifab.core.ids import new_id
 from aifab.core.settings import get_settings
+from aifab.core.storage import get_store
 from aifab.core.workspace import get_workspace
-from aifab.data import lake
-from aifab.data.catalog import VersionInfo, commit_staged, resolve
+from aifab.data import lake, pending_store
+from aifab.data.catalog import VersionInfo
 from aifab.data.quarantine import QuarantineItem, quarantine
 from aifab.data.refs import check_name
 
@@ -63,13 +67,6 @@ class AppendResult:
 
 def _pending_dir(name: str) -> Path:
     return get_workspace().lake / "pending" / name
-
-
-def _latest(name: str) -> VersionInfo | None:
-    try:
-        return resolve(name)
-    except NotFoundError:
-        return None
 
 
 def _to_table(
@@ -178,23 +175,28 @@ def append_records(
     check_name(name)
     if not records and not flush:
         raise InvalidInputError("no records to append")
-    latest = _latest(name)
+    latest = pending_store.latest(name)
+    # With an object store the batches live there, seen (and sealed) by every machine.
+    stored = not get_store().is_local
     pending = _pending_dir(name)
-    schema = _pending_schema(pending) if latest is None else None
     if latest is not None:
         schema = pq.read_schema(lake.object_path(latest.objects[-1]))
+    else:
+        schema = pending_store.pending_schema(name) if stored else _pending_schema(pending)
     _check_width(records, new_schema=schema is None)
     table, bad = _to_table(records, schema)
     if bad:
         quarantine(name, "append", bad, latest.id if latest else None)
-    if table.num_rows:
+    if table.num_rows and stored:
+        pending_store.land(name, table)
+    elif table.num_rows:
         with atomic_path(pending / f"{new_id('batch')}.parquet") as tmp:
             pq.write_table(table, tmp)
-    rows = _count_rows(pending)
+    rows = pending_store.count_rows(name) if stored else _count_rows(pending)
     sealed = None
     if seal and rows and (flush or rows >= batch_rows):
         sealed = flush_appends(name)
-        rows = _count_rows(pending)
+        rows = pending_store.count_rows(name) if stored else _count_rows(pending)
     return AppendResult(table.num_rows, len(bad), rows, sealed)
 
 
@@ -240,7 +242,13 @@ def _recover_claims(pending: Path) -> None:
 
 
 def flush_appends(name: str) -> VersionInfo | None:
-    """Seal every pending record of ``name`` into a new version; ``None`` if nothing pending."""
+    """Seal every pending record of ``name`` into a new version; ``None`` if nothing pending.
+
+    On an object store any machine may seal; each batch is sealed exactly once
+    (:mod:`aifab.data.pending_store`).
+    """
+    if not get_store().is_local:
+        return pending_store.flush(name, MAX_COMMIT_ATTEMPTS)
     pending = _pending_dir(name)
     if not pending.exists():
         return None
@@ -257,7 +265,7 @@ def flush_appends(name: str) -> VersionInfo | None:
         claim.rmdir()
         return None
     try:
-        version = _commit(name, files)
+        version = pending_store.commit_claimed(name, files)
     except Exception as exc:
         _give_back(pending, claim, files, first_line(exc))
         raise IntegrityError(
@@ -265,24 +273,6 @@ def flush_appends(name: str) -> VersionInfo | None:
         ) from exc
     shutil.rmtree(claim, ignore_errors=True)
     return version
-
-
-def _commit(name: str, files: list[Path]) -> VersionInfo:
-    con = lake.connect()
-    staged = lake.staging_path()
-    lake.copy_to_parquet(con, f"SELECT * FROM {lake.scan_sql_paths(files)}", staged)
-    rows = sum(pq.read_metadata(f).num_rows for f in files)
-    base = _latest(name)
-    result = commit_staged(
-        name,
-        staged,
-        source="append",
-        transform={"kind": "append", "rows": rows},
-        parents=[base] if base else [],
-        base=base,
-        con=con,
-    )
-    return result.version
 
 
 def _give_back(pending: Path, claim: Path, files: list[Path], reason: str) -> None:

@@ -8,7 +8,7 @@ audit event in one transaction. Identical content returns the existing version.
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -30,6 +30,10 @@ from aifab.data.tables import DatasetRow, LineageEdge, VersionRow
 
 #: Versions up to this many rows get their profile at commit; larger ones on first use.
 EAGER_PROFILE_MAX_ROWS = 1_000_000
+
+#: Called inside the transaction that inserts a new version row (after its flush): what it adds
+#: commits with the version or not at all; what it raises rolls the version back.
+OnRecord = Callable[[Session, VersionRow], None]
 
 
 @dataclass(frozen=True)
@@ -272,6 +276,7 @@ def _record(
     meta: dict[str, Any],
     parents: Sequence[VersionInfo],
     description: str,
+    on_record: OnRecord | None = None,
 ) -> CommitResult:
     """Insert the version row (retrying if a concurrent writer took the number)."""
     for attempt in range(50):
@@ -301,6 +306,8 @@ def _record(
                 s.flush()
                 for p in {p.id for p in parents}:
                     s.add(LineageEdge(child_id=row.id, parent_id=p))
+                if on_record is not None:
+                    on_record(s, row)
                 record_event(
                     s,
                     "dataset.version.create",
@@ -344,6 +351,7 @@ def commit_staged(
     base: VersionInfo | None = None,
     description: str = "",
     con: duckdb.DuckDBPyConnection | None = None,
+    on_record: OnRecord | None = None,
 ) -> CommitResult:
     """Commit a staged Parquet file as the next version of ``name``.
 
@@ -357,6 +365,8 @@ def commit_staged(
             (appends), instead of the staged object alone.
         description: dataset description, used only when the dataset is created.
         con: a DuckDB connection to reuse.
+        on_record: run in the version's transaction (see :data:`OnRecord`); not run when the
+            content already exists as a version (``created`` is False).
     """
     check_name(name)
     con = con or lake.connect()
@@ -390,7 +400,7 @@ def commit_staged(
         meta["profile"] = profile_relation(con, lake.scan_sql(objects))
     if base is not None:
         meta["num_bytes"] += base.num_bytes
-    result = _record(name, digest, objects, meta, parents, description)
+    result = _record(name, digest, objects, meta, parents, description, on_record)
     got = result.version.version
     # A concurrent writer took the predicted number (or committed these rows first): the file
     # this commit wrote names the version that lists it. A file others wrote keeps its stamp.

@@ -100,3 +100,18 @@ class FeatureSetRow(Base):
     path: Mapped[str] = mapped_column(Text, nullable=False)
     spec: Mapped[dict[str, Any]] = mapped_column(JSON, nullable=False)
     created_at: Mapped[float] = mapped_column(Float, nullable=False, default=time.time)
+
+
+class SealedBatchRow(Base):
+    """A pushed batch on the object store sealed into a version (recorded with the version).
+
+    The primary key makes sealing exactly-once across machines: a batch whose object survives
+    its seal (a crash before the delete) or that two nodes seal at once is committed only once.
+    """
+
+    __tablename__ = "sealed_batches"
+
+    dataset: Mapped[str] = mapped_column(String(200), primary_key=True)
+    batch_id: Mapped[str] = mapped_column(String(100), primary_key=True)
+    version_id: Mapped[int] = mapped_column(ForeignKey("dataset_versions.id"), nullable=False)
+    sealed_at: Mapped[float] = mapped_column(Float, nullable=False, default=time.time)

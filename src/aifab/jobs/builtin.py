@@ -16,3 +16,10 @@ def sleep(config: dict[str, Any]) -> None:
     code = int(config.get("exit_code", 0))
     if code:
         raise SystemExit(code)
+
+
+def echo(config: dict[str, Any]) -> None:
+    """Print each of ``config["lines"]`` (one every ``config.get("every_s", 0)`` seconds)."""
+    for line in config.get("lines", []):
+        print(line, flush=True)
+        time.sleep(float(config.get("every_s", 0.0)))

@@ -3,6 +3,9 @@
 A cursor is (attempt, byte offset). :func:`tail_log` returns the complete lines written since
 it, moving on to the next attempt when a job is re-queued or retried, and says when the job is
 final and its log fully read, so callers (``aifab job logs -f``, the dashboard's live log) stop.
+
+A log this machine does not have (its replica ran on another node) is read from the object
+store when one is set, where replicas ship their logs in chunks (:mod:`aifab.jobs.log_ship`).
 """
 
 from __future__ import annotations
@@ -14,7 +17,10 @@ from sqlalchemy import select
 
 from aifab.core.db import session_scope
 from aifab.core.errors import InvalidInputError, NotFoundError
+from aifab.core.storage import Store, get_store
+from aifab.core.workspace import get_workspace
 from aifab.jobs.launch import attempt_dir
+from aifab.jobs.log_ship import read_stored, stored_size
 from aifab.jobs.tables import JobRow
 
 __all__ = ["LogCursor", "LogTail", "log_path", "tail_log"]
@@ -79,8 +85,27 @@ def _job_state(job_id: str, replica: int) -> tuple[str, int]:
     return str(row.state), int(row.attempt)
 
 
-def _read(path: Path, offset: int, max_bytes: int) -> tuple[bytes, bool]:
+@dataclass(frozen=True)
+class _Stored:
+    """A replica log shipped to the object store (read where the file is not on this disk)."""
+
+    store: Store
+    key: str
+
+
+def _source(job_id: str, attempt: int, replica: int) -> Path | _Stored:
+    """Where to read a replica's log: its file, or its chunks on the store if not on this disk."""
+    path = log_path(job_id, attempt, replica)
+    store = get_store()
+    if store.is_local or path.exists():
+        return path
+    return _Stored(store, path.relative_to(get_workspace().root).as_posix())
+
+
+def _read(path: Path | _Stored, offset: int, max_bytes: int) -> tuple[bytes, bool]:
     """Bytes from ``offset`` (at most ``max_bytes``) and whether the end of the file was hit."""
+    if isinstance(path, _Stored):
+        return read_stored(path.store, path.key, offset, max_bytes)
     try:
         with path.open("rb") as fh:
             fh.seek(offset)
@@ -104,12 +129,18 @@ def _whole_lines(data: bytes, at_end: bool, *, still_written: bool) -> tuple[byt
     return data[:cut], False
 
 
-def _start(path: Path, start_bytes: int) -> int:
-    """Where a new follower starts: the first whole line of the last ``start_bytes``."""
+def _size(path: Path | _Stored) -> int:
+    if isinstance(path, _Stored):
+        return stored_size(path.store, path.key)
     try:
-        size = path.stat().st_size
+        return path.stat().st_size
     except FileNotFoundError:
         return 0
+
+
+def _start(path: Path | _Stored, start_bytes: int) -> int:
+    """Where a new follower starts: the first whole line of the last ``start_bytes``."""
+    size = _size(path)
     if size <= start_bytes:
         return 0
     data, _ = _read(path, size - start_bytes, start_bytes)
@@ -142,13 +173,13 @@ def tail_log(
         return LogTail("", cursor or LogCursor(), state, final_state)
     skipped, header = 0, ""
     if cursor is None or cursor.attempt == 0 or cursor.attempt > current:
-        offset = _start(log_path(job_id, current, replica), start_bytes)
+        offset = _start(_source(job_id, current, replica), start_bytes)
         cursor, skipped = LogCursor(current, offset), offset
-    data, at_end = _read(log_path(job_id, cursor.attempt, replica), cursor.offset, max_bytes)
+    data, at_end = _read(_source(job_id, cursor.attempt, replica), cursor.offset, max_bytes)
     if not data and at_end and cursor.attempt < current:
         cursor = LogCursor(cursor.attempt + 1, 0)
         header = f"--- attempt {cursor.attempt} ---\n"
-        data, at_end = _read(log_path(job_id, cursor.attempt, replica), 0, max_bytes)
+        data, at_end = _read(_source(job_id, cursor.attempt, replica), 0, max_bytes)
     last_attempt = cursor.attempt == current
     data, at_end = _whole_lines(data, at_end, still_written=last_attempt and not final_state)
     text = header + data.decode("utf-8", errors="replace")

@@ -11,6 +11,7 @@ RECIPES = Registry(
     {
         "noop": "aifab.jobs.builtin:noop",
         "sleep": "aifab.jobs.builtin:sleep",
+        "echo": "aifab.jobs.builtin:echo",
         "classify": "aifab.train.recipes.classify:main",
         "custom": "aifab.train.recipes.custom:main",
         "lm": "aifab.train.recipes.lm:main",

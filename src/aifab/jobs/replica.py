@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import traceback
 from pathlib import Path
 
 from aifab.core.atomic import atomic_write_text
@@ -16,6 +17,28 @@ from aifab.jobs.recipes import RECIPES
 
 
 def main() -> None:
+    """Run the recipe; with ``AIFAB_JOB_LOG_KEY`` (pods) its output is also shipped to the store."""
+    key = os.environ.get("AIFAB_JOB_LOG_KEY")
+    uri = os.environ.get("AIFAB_STORAGE_URI")
+    if not (key and uri):
+        _run()
+        return
+    from aifab.core.settings import get_settings
+    from aifab.core.storage import store_at
+    from aifab.jobs.log_ship import shipped_output
+
+    key = key.replace("{rank}", os.environ.get("RANK", "0"))
+    with shipped_output(key, get_settings().resolved_home / key, store_at(uri)):
+        try:
+            _run()
+        except SystemExit:
+            raise
+        except BaseException:
+            traceback.print_exc()  # into the shipped log, before it is closed
+            raise SystemExit(1) from None
+
+
+def _run() -> None:
     """Load the recipe by name, call it with its config, and keep rank 0's returned summary."""
     name = os.environ["AIFAB_JOB_RECIPE"]
     config_path = os.environ.get("AIFAB_JOB_CONFIG")

@@ -95,10 +95,9 @@ def run_with_ray_train(
         ray.train.TrainingFailedError: A worker failed.
     """
     import ray
-    from ray.train import RunConfig, ScalingConfig
+    from ray.train import ScalingConfig
     from ray.train.torch import TorchTrainer
 
-    from aifab.core.workspace import get_workspace
     from aifab.train.recipes import RECIPE_MAINS
 
     if num_workers < 1:
@@ -109,8 +108,7 @@ def run_with_ray_train(
 
         quiet_ray_auth_notice()
         ray.init(address=address)
-    storage = get_workspace().artifacts / "ray-train"
-    storage.mkdir(parents=True, exist_ok=True)
+    run_config = _run_config()
     env = {k: v for k, v in os.environ.items() if k.startswith(_FORWARDED_ENV)}
     loop_config = {"recipe": recipe, "config": dict(config), "env": env, "use_gpu": use_gpu}
     trainer = TorchTrainer(
@@ -121,7 +119,7 @@ def run_with_ray_train(
             use_gpu=use_gpu,
             resources_per_worker=dict(resources_per_worker) if resources_per_worker else None,
         ),
-        run_config=RunConfig(storage_path=str(storage)),
+        run_config=run_config,
     )
     result = trainer.fit()
     if result.checkpoint is None:  # fit() raises when a worker fails, so this is Ray's bug
@@ -130,6 +128,32 @@ def run_with_ray_train(
         summary: dict[str, Any] = json.loads((Path(directory) / _SUMMARY).read_text())
     summary["ray_train"]["path"] = str(result.path)
     return summary
+
+
+def _run_config() -> Any:
+    """Where Ray Train keeps its checkpoints and results: the workspace, or the object store.
+
+    Ray Train's workers on other nodes upload their checkpoints to ``storage_path``: a
+    directory on the driver's disk reaches none of them, so with ``AIFAB_STORAGE_URI`` set it
+    is ``artifacts/ray-train`` on the store (through pyarrow's wrapper of its fsspec
+    filesystem).
+    """
+    from ray.train import RunConfig
+
+    from aifab.core.storage import get_store
+    from aifab.core.workspace import get_workspace
+
+    store = get_store()
+    if store.is_local:
+        storage = get_workspace().artifacts / "ray-train"
+        storage.mkdir(parents=True, exist_ok=True)
+        return RunConfig(storage_path=str(storage))
+    from pyarrow.fs import FSSpecHandler, PyFileSystem
+
+    return RunConfig(
+        storage_path=store.path("artifacts/ray-train"),
+        storage_filesystem=PyFileSystem(FSSpecHandler(store.fs)),
+    )
 
 
 def _main(argv: list[str] | None = None) -> None:

@@ -4,6 +4,8 @@ The cookie holds ``key id . expiry . nonce`` and an HMAC over them with a per-wo
 (the ``web_secret`` file, owner-only), so every process of ``aifab serve --workers N`` reads
 the same sessions without shared memory. The secret key itself is never stored in the cookie;
 each request re-checks that the key is still active, so revoking a key ends its sessions.
+With ``AIFAB_STORAGE_URI`` set the secret is a write-once object on the store, so dashboards on
+several machines (behind one address) accept each other's sessions.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from aifab.core.storage import get_store
 from aifab.core.workspace import get_workspace
 
 __all__ = ["COOKIE", "MAX_AGE_S", "Session", "csrf_token", "issue", "read", "valid_csrf"]
@@ -47,6 +50,12 @@ def _secret() -> bytes:
         cached = _secrets.get(path)
         if cached is not None:
             return cached
+        store = get_store()
+        if not store.is_local:
+            # The first machine's secret wins the conditional put; every other one reads it.
+            store.write_bytes(_SECRET_FILE, secrets.token_bytes(32), once=True)
+            _secrets[path] = value = store.read_bytes(_SECRET_FILE)
+            return value
         try:
             fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         except FileExistsError:

@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 from pathlib import Path
 
 import pytest
@@ -9,6 +10,9 @@ import pytest
 from aifab.core.errors import InvalidInputError
 from aifab.core.workspace import get_workspace
 from aifab.data import append_records, flush_appends, list_quarantine, query, resolve
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+from nodes import run_nodes  # noqa: E402
 
 
 def test_micro_batches_seal_versions_and_keep_every_row() -> None:
@@ -61,3 +65,23 @@ def test_cli_append_jsonl(cli, tmp_path: Path) -> None:
     f.write_text('{"dev": "a"\n')
     r = cli("data", "append", "ev", f)
     assert r.exit_code == 2 and "e.jsonl:1: invalid JSON" in r.stderr
+
+
+_PUSHER = """
+import sys, time
+from aifab.data import append_records
+node, n = sys.argv[1], int(sys.argv[3])
+time.sleep(max(0.0, float(sys.argv[2]) - time.time()))
+for i in range(n):
+    append_records("pushed", [{"node": node, "i": i}], batch_rows=2)
+"""
+
+
+def test_two_processes_sealing_at_once_lose_no_row(workspace: Path, tmp_path: Path) -> None:
+    # A seal that read the latest version before another seal committed must not build on it.
+    append_records("pushed", [{"node": "-", "i": -1}], flush=True)
+    n = 12
+    run_nodes(_PUSHER, tmp_path, str(n), home=workspace)
+    flush_appends("pushed")
+    rows = query("SELECT node, i FROM pushed WHERE i >= 0 ORDER BY node, i").to_pylist()
+    assert rows == [{"node": node, "i": i} for node in "ab" for i in range(n)]

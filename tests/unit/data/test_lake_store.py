@@ -4,12 +4,12 @@ query sandbox still refuses every path outside the lake."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import duckdb
 import pytest
 
-from aifab.core.db import reset_engines
 from aifab.core.errors import IntegrityError, InvalidInputError
 from aifab.core.storage import get_store
 from aifab.data import lake, query
@@ -29,15 +29,6 @@ def _commit(name: str, sql: str = ROWS) -> VersionInfo:
     return commit_query(name, sql, source="test", transform={"kind": "test"}).version
 
 
-def _other_node(workspace: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """Another machine: an empty AIFAB_HOME, the same metadata DB and the same store."""
-    home = tmp_path / "node2"
-    monkeypatch.setenv("AIFAB_DB_URL", f"sqlite:///{workspace / 'aifab.db'}")
-    monkeypatch.setenv("AIFAB_HOME", str(home))
-    reset_engines()
-    return home
-
-
 def test_objects_are_written_to_the_store(workspace: Path) -> None:
     v = _commit("a")
     store = get_store()
@@ -45,11 +36,9 @@ def test_objects_are_written_to_the_store(workspace: Path) -> None:
     assert store.size(f"lake/{v.objects[0]}") == v.num_bytes
 
 
-def test_another_workspace_reads_and_derives_versions(
-    workspace: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_another_workspace_reads_and_derives_versions(other_node: Callable[[], Path]) -> None:
     v = _commit("a")
-    home = _other_node(workspace, tmp_path, monkeypatch)
+    home = other_node()
     assert not (home / "lake" / v.objects[0]).exists()
     assert query("SELECT count(*) AS n, sum(id) AS s FROM a").to_pylist() == [{"n": 100, "s": 4950}]
     out = clean("a", {"steps": [{"filter": {"where": "g = 0"}}]}, output="a0").version

@@ -21,6 +21,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from aifab.core.storage import get_store
+from aifab.core.workspace import get_workspace
 from aifab.jobs.detect import machine_resources
 from aifab.jobs.executors.base import (
     AttemptStatus,
@@ -36,6 +38,7 @@ from aifab.jobs.executors.procs import (
     signal_group,
     start_ticks,
 )
+from aifab.jobs.log_ship import LogShipper
 from aifab.jobs.policy import Node
 
 #: Seconds the other replicas of a failed gang get after SIGTERM before SIGKILL.
@@ -81,6 +84,17 @@ class _Replica:
     peer_stopped: bool = False
     #: Highest VmHWM seen while it ran (see :func:`procs.peak_rss_mb`).
     peak_mb: float = 0.0
+    #: Copies its log to the object store, when one is set (other nodes read it there).
+    shipper: LogShipper | None = None
+
+
+def _shipper(path: Path) -> LogShipper | None:
+    """A shipper (not started) of the log ``path`` when the workspace is on an object store."""
+    store = get_store()
+    if store.is_local:
+        return None
+    key = path.relative_to(get_workspace().root).as_posix()
+    return LogShipper(path, key, store)
 
 
 @dataclass
@@ -197,6 +211,7 @@ class LocalExecutor:
 
     def _spawn(self, launch: Launch, rl: ReplicaLaunch, gpus: list[str]) -> _Replica:
         rl.log_path.parent.mkdir(parents=True, exist_ok=True)
+        shipper = _shipper(rl.log_path)  # before the process: a store error leaves no orphan
         env = {**os.environ, **rl.env, "CUDA_VISIBLE_DEVICES": ",".join(gpus)}
         with open(rl.log_path, "ab") as log:
             proc = subprocess.Popen(
@@ -210,7 +225,9 @@ class LocalExecutor:
                 # Python between fork and exec in this threaded process.
                 start_new_session=True,
             )
-        return _Replica(rl.rank, proc, time.monotonic(), len(gpus))
+        return _Replica(
+            rl.rank, proc, time.monotonic(), len(gpus), shipper=shipper and shipper.start()
+        )
 
     def poll(self, handle: dict[str, Any]) -> AttemptStatus:
         """Reap exited replicas (killing what they left behind); a failed replica stops its gang."""
@@ -316,6 +333,9 @@ class LocalExecutor:
             time.sleep(_TICK_S)
 
     def _close(self, key: str, run: _Run, status: AttemptStatus) -> None:
+        for rep in run.replicas:  # the whole log is on the store before the attempt ends
+            if rep.shipper is not None:
+                rep.shipper.close()
         self._gpus_in_use.difference_update(run.gpus)
         self._runs.pop(key, None)
         remember_done(self._done, key, status)

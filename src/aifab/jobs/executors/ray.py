@@ -3,9 +3,10 @@
 aifab's policy picks the nodes (from ``ray.nodes()``); each bundle is pinned to its node with
 Ray's ``node:<ip>`` resource, so Ray reserves exactly what the scheduler accounted for. Each
 actor (:class:`~aifab.jobs.executors.ray_replica.ReplicaProcess`) runs its replica's argv as a
-process group appending to the replica's log file: on a multi-node cluster the workspace must
-be shared storage and aifab importable on every node. Only this module imports ``ray``, and
-only inside functions.
+process group appending to the replica's log file: on a multi-node cluster either the workspace
+is shared storage, or ``AIFAB_STORAGE_URI`` is set and each replica writes its log on its node
+and ships it to the store in chunks (:mod:`aifab.jobs.log_ship`); aifab must be importable on
+every node. Only this module imports ``ray``, and only inside functions.
 """
 
 from __future__ import annotations
@@ -49,6 +50,19 @@ class _Run:
     results: dict[int, dict[str, Any]] = field(default_factory=dict)
     #: Replicas stopped because another of their gang failed (reported with exit code None).
     peer_stopped: set[int] = field(default_factory=set)
+
+
+def _node_log(path: Path, node_home: str) -> tuple[str, tuple[str, str] | None]:
+    """Where a replica writes its log on its node, and where it ships it (store URI, key).
+
+    Without a store the workspace is a shared path and the log goes straight there; with one
+    the log is written under the node's own workspace and shipped to the log's key.
+    """
+    settings = get_settings()
+    if not settings.storage_uri:
+        return str(path), None
+    key = path.relative_to(settings.resolved_home).as_posix()
+    return f"{node_home}/{key}", (settings.storage_uri, key)
 
 
 def _status(run: _Run) -> AttemptStatus:
@@ -192,7 +206,7 @@ class RayExecutor:
                         launch.argv,
                         {**node_env(rl.env, f"{node_root}/{launch.job_id}"), **rendezvous},
                         None if settings.storage_uri else launch.workdir,
-                        str(rl.log_path),
+                        *_node_log(rl.log_path, f"{node_root}/{launch.job_id}"),
                     )
                     for a, rl in zip(actors, reps, strict=True)
                 ],
@@ -206,6 +220,14 @@ class RayExecutor:
             if isinstance(cause, Exception):
                 raise cause from None
             raise
+        for rl, st in zip(reps, started, strict=True):
+            if why := st.get("log_not_shipped"):
+                log.warning(
+                    "job %s replica %d: its log stays on its node, not shipped to the store: %s",
+                    launch.job_id,
+                    rl.rank,
+                    why,
+                )
         key = f"{launch.job_id}/{launch.attempt}"
         refs = [a.wait.remote() for a in actors]
         self._runs[key] = _Run(actors, refs, pg, [rl.rank for rl in reps], r.gpu)

@@ -36,6 +36,7 @@ class ReplicaProcess:
     def __init__(self) -> None:
         self._proc: subprocess.Popen[bytes] | None = None
         self._started = 0.0
+        self._shipper: Any = None
 
     def free_port(self) -> int:
         """A TCP port free on this node (rank 0 hosts the rendezvous)."""
@@ -44,9 +45,18 @@ class ReplicaProcess:
             return int(sock.getsockname()[1])
 
     def start(
-        self, argv: list[str], env: dict[str, str], cwd: str | None, log_path: str
+        self,
+        argv: list[str],
+        env: dict[str, str],
+        cwd: str | None,
+        log_path: str,
+        ship_to: tuple[str, str] | None = None,
     ) -> dict[str, Any]:
-        """Start the replica; return its pid (= process group) and start time."""
+        """Start the replica; return its pid (= process group) and start time.
+
+        ``ship_to`` (storage URI, log key): also copy the log to the object store in chunks
+        while the replica runs, for the head and any other machine to read.
+        """
         Path(log_path).parent.mkdir(parents=True, exist_ok=True)
         if sys.platform.startswith("linux"):
             argv = [sys.executable, "-c", _EXEC, str(os.getpid()), *argv]
@@ -61,7 +71,18 @@ class ReplicaProcess:
                 start_new_session=True,
             )
         self._started = time.monotonic()
-        return {"pgid": self._proc.pid, "start": start_ticks(self._proc.pid)}
+        info: dict[str, Any] = {"pgid": self._proc.pid, "start": start_ticks(self._proc.pid)}
+        if ship_to is not None:
+            from aifab.core.storage import store_at
+            from aifab.jobs.log_ship import LogShipper
+
+            uri, key = ship_to
+            try:
+                self._shipper = LogShipper(Path(log_path), key, store_at(uri)).start()
+            except Exception as exc:  # noqa: BLE001 - the replica runs; the head says why
+                # (a node without the store's credentials): its log stays on this node.
+                info["log_not_shipped"] = f"{type(exc).__name__}: {exc}".splitlines()[0]
+        return info
 
     def wait(self) -> dict[str, Any]:
         """Wait for the replica to exit; kill what it left; return exit code and usage."""
@@ -75,6 +96,8 @@ class ReplicaProcess:
         signal_group(pid, signal.SIGKILL)
         _, status, rusage = os.wait4(pid, 0)
         self._proc.returncode = os.waitstatus_to_exitcode(status)
+        if self._shipper is not None:  # all of the log is on the store before the exit is known
+            self._shipper.close()
         return {
             "exit_code": self._proc.returncode,
             "wall_s": time.monotonic() - self._started,

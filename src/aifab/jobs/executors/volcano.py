@@ -73,7 +73,9 @@ _PLUGIN_ENV = ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
 _FAILED = ("Failed", "Aborted", "Terminated")
 
 
-def _pod_env(env: Mapping[str, str], spec: Mapping[str, Any]) -> list[dict[str, str]]:
+def _pod_env(
+    env: Mapping[str, str], spec: Mapping[str, Any], log_key: str | None = None
+) -> list[dict[str, str]]:
     settings = get_settings()
     # Not secrets: where the shared workspace is. The DB URL carries a password: a Secret.
     shared = {
@@ -93,7 +95,23 @@ def _pod_env(env: Mapping[str, str], spec: Mapping[str, Any]) -> list[dict[str, 
     if run.get("recipe"):
         out.pop("AIFAB_JOB_CONFIG", None)
         out["AIFAB_JOB_CONFIG_JSON"] = json.dumps(run.get("config") or {})
+        if log_key and settings.storage_uri:
+            # The recipe's runner copies its output to the store too (Kubernetes keeps it only
+            # as the pod's log), for ``aifab job logs`` on any machine.
+            out["AIFAB_JOB_LOG_KEY"] = log_key
     return [{"name": k, "value": v} for k, v in sorted(out.items())]
+
+
+def _log_key(launch: Launch) -> str | None:
+    """The store key of each pod's log, ``{rank}`` filled in by the pod (its ``RANK``)."""
+    settings = get_settings()
+    if not (launch.replicas and settings.storage_uri):
+        return None
+    try:
+        folder = launch.replicas[0].log_path.parent.relative_to(settings.resolved_home)
+    except ValueError:  # a dry run's launch names no workspace path
+        return None
+    return f"{folder.as_posix()}/replica-{{rank}}.log"
 
 
 class VolcanoExecutor:
@@ -182,7 +200,9 @@ class VolcanoExecutor:
             "name": "replica",
             "image": self.image,
             "command": ["python", "-m", "aifab.jobs.replica"] if recipe else list(launch.argv),
-            "env": _pod_env(launch.replicas[0].env if launch.replicas else {}, launch.spec),
+            "env": _pod_env(
+                launch.replicas[0].env if launch.replicas else {}, launch.spec, _log_key(launch)
+            ),
             "resources": {"requests": quantities, "limits": dict(quantities)},
         }
 

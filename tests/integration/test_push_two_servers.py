@@ -1,0 +1,46 @@
+"""Two ``aifab serve`` processes standing for two machines (their own empty AIFAB_HOME each; one
+metadata DB; one object store, moto's S3 server as the named stand-in for S3/MinIO) take pushed
+records for one dataset: each counts the other's pending rows, and a flush through either seals
+all of them into one version."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import httpx
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from serve_proc import aifab_serve  # noqa: E402
+
+pytestmark = pytest.mark.integration
+
+
+def test_records_pushed_to_two_servers_are_pending_on_both_and_sealed_once(
+    s3_storage: str, workspace: Path, tmp_path: Path
+) -> None:
+    from aifab.data import query
+    from aifab.serve.keys import create_key
+
+    _, secret = create_key("developer", name="pusher", rate=None)
+    headers = {"Authorization": f"Bearer {secret}"}
+    db = {"AIFAB_DB_URL": f"sqlite:///{workspace / 'aifab.db'}"}
+    envs = [{**os.environ, **db, "AIFAB_HOME": str(tmp_path / n)} for n in ("node-a", "node-b")]
+    for env in envs:
+        Path(env["AIFAB_HOME"]).mkdir()
+    with (
+        aifab_serve(envs[0], Path(envs[0]["AIFAB_HOME"]), "--no-worker") as a,
+        aifab_serve(envs[1], Path(envs[1]["AIFAB_HOME"]), "--no-worker") as b,
+    ):
+        route = "/v1/datasets/sensor_events/records"
+        r = httpx.post(a + route, json={"records": [{"dev": "a", "t": 1}]}, headers=headers)
+        assert r.status_code == 200 and r.json()["pending_rows"] == 1, r.text
+        r = httpx.post(b + route, json={"records": [{"dev": "b", "t": 2}]}, headers=headers)
+        assert r.status_code == 200 and r.json()["pending_rows"] == 2, r.text
+        last = {"records": [{"dev": "c", "t": 3}], "flush": True}
+        r = httpx.post(a + route, json=last, headers=headers)
+        assert r.status_code == 200 and r.json()["version"] == "sensor_events@1", r.text
+    rows = query("SELECT dev FROM sensor_events ORDER BY t").to_pylist()
+    assert rows == [{"dev": "a"}, {"dev": "b"}, {"dev": "c"}]
