@@ -7,16 +7,20 @@ pointer over the context instead (See et al. 2017, "Get To The Point"), so copyi
 Alignment. At position ``t`` the model predicts ``x_{t+1}``. It scores every earlier position
 ``s <= t`` (padding masked) with::
 
-    q_t = W_q [h_t ; e(x_t)]        k_s = W_k [h_s ; e(x_{s-1})]
+    q_t = W_q [h_t ; e(x_t) ; e(x_{t-1})]        k_s = W_k [h_s ; e(x_{s-1}) ; e(x_{s-2})]
     a_t = softmax_s(q_t . k_s / sqrt(d))
 
-and pointing at ``s`` means "emit the token AT s", ``x_s``. Because the key holds the embedding
-of the token *before* ``s``, "I just wrote ``x_t``; continue with what followed ``x_t`` in the
-request" is a bilinear match ``e(x_t) . e(x_{s-1})``: a multi-token value is copied one token
-after the other without an induction head. ``h_s`` and ``h_t`` choose where a value starts.
-``e(x_{-1})`` (and the one after padding) is a zero vector.
+and pointing at ``s`` means "emit the token AT s", ``x_s``. Because the key holds the embeddings
+of the two tokens *before* ``s``, "I just wrote ``x_{t-1} x_t``; continue with what followed them
+in the request" is a bilinear match of ``e(x_t), e(x_{t-1})`` with ``e(x_{s-1}), e(x_{s-2})``: a
+multi-token value is copied one token after the other without an induction head, and a token
+that repeats inside a value (``120000``, ``w9h8h``) is told apart by the one before it.
+``h_s`` and ``h_t`` choose where a value starts. Embeddings before the start or of padding are
+zero vectors.
 
-Mixture. A gate ``g_t = sigmoid(w . h_t + b)`` mixes the generator and the pointer::
+Mixture. A gate ``g_t = sigmoid(w . [h_t ; c_t] + b)``, where ``c_t = sum_s a_{t,s} e(x_s)`` is
+what the pointer would write (so the gate sees a value end: a space, a quote), mixes the
+generator and the pointer::
 
     p(w) = g_t softmax(lm_head h_t)(w) + (1 - g_t) sum_{s<=t} a_{t,s} [x_s = w]
 
@@ -103,9 +107,9 @@ class CopyLlamaForCausalLM(LlamaForCausalLM):
     def __init__(self, config: LlamaConfig) -> None:
         super().__init__(config)
         width = config.hidden_size
-        self.copy_query = nn.Linear(2 * width, width, bias=False)
-        self.copy_key = nn.Linear(2 * width, width, bias=False)
-        self.copy_gate = nn.Linear(width, 1)
+        self.copy_query = nn.Linear(3 * width, width, bias=False)
+        self.copy_key = nn.Linear(3 * width, width, bias=False)
+        self.copy_gate = nn.Linear(2 * width, 1)
         self.post_init()
 
     def forward(
@@ -153,13 +157,22 @@ class CopyLlamaForCausalLM(LlamaForCausalLM):
         keys = self._keys(hidden, ids_all, mask_all, seen, cache)
         if isinstance(cache, CopyCache):
             cache.copy_ids, cache.copy_mask = ids_all, mask_all
-        logits = self._mixture(hidden, input_ids, ids_all, mask_all, keys, seen, logits_to_keep)
+        logits = self._mixture(hidden, ids_all, mask_all, keys, seen, logits_to_keep)
         loss = None
         if labels is not None:
             loss = self.loss_function(
                 logits=logits, labels=labels, vocab_size=self.config.vocab_size, **kwargs
             )
         return CausalLMOutputWithPast(loss=loss, logits=logits, cache=cache if use_cache else None)
+
+    def _embed_back(
+        self, ids_all: torch.Tensor, mask_all: torch.Tensor, index: torch.Tensor, back: int
+    ) -> torch.Tensor:
+        """``e(x_{i-back})`` for each position ``i`` of ``index``; zero before the start/padding."""
+        pos = index - back
+        real = mask_all[:, pos.clamp(min=0)] * (pos >= 0)
+        embedded: torch.Tensor = self.model.embed_tokens(ids_all[:, pos.clamp(min=0)])
+        return embedded * real.unsqueeze(-1).to(embedded.dtype)
 
     def _keys(
         self,
@@ -169,13 +182,10 @@ class CopyLlamaForCausalLM(LlamaForCausalLM):
         seen: int,
         cache: Any,
     ) -> torch.Tensor:
-        """Keys ``W_k [h_s ; e(x_{s-1})]`` of every position so far (cached ones reused)."""
-        n = hidden.shape[1]
-        # One leading (pad, 0) column: position s reads the token before it at index s.
-        ids_prev = nn.functional.pad(ids_all, (1, 0))[:, seen : seen + n]
-        mask_prev = nn.functional.pad(mask_all, (1, 0))[:, seen : seen + n]
-        e_prev = self.model.embed_tokens(ids_prev) * mask_prev.unsqueeze(-1).to(hidden.dtype)
-        new = self.copy_key(torch.cat([hidden, e_prev], -1))
+        """Keys ``W_k [h_s ; e(x_{s-1}) ; e(x_{s-2})]`` of every position (cached ones reused)."""
+        index = seen + torch.arange(hidden.shape[1], device=hidden.device)
+        before = [self._embed_back(ids_all, mask_all, index, back) for back in (1, 2)]
+        new = self.copy_key(torch.cat([hidden, *before], -1))
         old = cache.copy_keys if isinstance(cache, CopyCache) else None
         keys = new if old is None else torch.cat([old, new], 1)
         if isinstance(cache, CopyCache):
@@ -185,7 +195,6 @@ class CopyLlamaForCausalLM(LlamaForCausalLM):
     def _mixture(
         self,
         hidden: torch.Tensor,
-        input_ids: torch.Tensor,
         ids_all: torch.Tensor,
         mask_all: torch.Tensor,
         keys: torch.Tensor,
@@ -198,20 +207,23 @@ class CopyLlamaForCausalLM(LlamaForCausalLM):
         where = (
             where[-logits_to_keep:] if isinstance(logits_to_keep, int) else where[logits_to_keep]
         )
-        h = hidden[:, where]
-        query = self.copy_query(torch.cat([h, self.model.embed_tokens(input_ids[:, where])], -1))
+        h, index = hidden[:, where], seen + where
+        written = [self._embed_back(ids_all, mask_all, index, back) for back in (0, 1)]
+        query = self.copy_query(torch.cat([h, *written], -1))
         scores = (query @ keys.transpose(1, 2)).float() / math.sqrt(keys.shape[-1])
         positions = torch.arange(ids_all.shape[1], device=hidden.device)
-        allowed = (positions[None, :] <= (seen + where)[:, None])[None] & mask_all[:, None].bool()
+        allowed = (positions[None, :] <= index[:, None])[None] & mask_all[:, None].bool()
         scores = scores.masked_fill(~allowed, torch.finfo(scores.dtype).min)
         attention = torch.softmax(scores, -1)
         vocab = self.config.vocab_size
-        index = ids_all[:, None, :].expand(-1, h.shape[1], -1)
+        expanded = ids_all[:, None, :].expand(-1, h.shape[1], -1)
         p_copy = attention.new_zeros(h.shape[0], h.shape[1], vocab).scatter_add_(
-            2, index, attention
+            2, expanded, attention
         )
+        # What the pointer would write, so the gate can see a value end (a space, a quote).
+        pointed = attention.to(h.dtype) @ self.model.embed_tokens(ids_all)
         gen = torch.log_softmax(self.lm_head(h).float(), -1)
-        gate = self.copy_gate(h).float()
+        gate = self.copy_gate(torch.cat([h, pointed], -1)).float()
         return torch.logaddexp(
             nn.functional.logsigmoid(gate) + gen,
             nn.functional.logsigmoid(-gate) + torch.log(p_copy.clamp_min(_FLOOR)),
