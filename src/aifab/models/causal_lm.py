@@ -25,5 +25,12 @@ def llama_config(config: CausalLMConfig) -> LlamaConfig:
 
 
 def build_causal_lm(config: CausalLMConfig) -> LlamaForCausalLM:
-    """Build a randomly initialised ``LlamaForCausalLM``; save it with ``save_pretrained``."""
+    """Build a randomly initialised ``LlamaForCausalLM``; save it with ``save_pretrained``.
+
+    With ``copy_head`` it is a :class:`~aifab.models.copy_lm.CopyLlamaForCausalLM`.
+    """
+    if config.copy_head:
+        from aifab.models.copy_lm import build_copy_lm
+
+        return build_copy_lm(llama_config(config))
     return LlamaForCausalLM(llama_config(config))

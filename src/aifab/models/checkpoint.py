@@ -211,6 +211,8 @@ def _load_hf(path: Path) -> nn.Module:
     from safetensors import SafetensorError
     from transformers import AutoModelForCausalLM
 
+    import aifab.models.copy_lm  # noqa: F401 - registers the copy-head LM with the Auto classes
+
     if not any((path / name).is_file() for name in _HF_WEIGHTS):
         raise InvalidInputError(f"{path}: weights file missing (no {', '.join(_HF_WEIGHTS)})")
     try:

@@ -144,6 +144,12 @@ class CausalLMConfig(StrictConfig):
     pad_token_id: int = Field(0, ge=0, description="Padding token id (tokenizer default: 0).")
     bos_token_id: int = Field(1, ge=0, description="Beginning-of-sequence id (default: 1).")
     eos_token_id: int = Field(2, ge=0, description="End-of-sequence id (default: 2).")
+    copy_head: bool = Field(
+        False,
+        description="Add a copy (pointer-generator) head: each next token mixes the LM's "
+        "distribution with a pointer to a token of the context, so a tiny model copies values "
+        "it never saw in training (tool-call arguments). Builds CopyLlamaForCausalLM.",
+    )
 
     @model_validator(mode="before")
     @classmethod

@@ -368,3 +368,53 @@ def test_hub_base_without_network_or_cache_is_a_clear_error(
         InvalidInputError, match="base: cannot get 'org/tiny-llm' from the model hub"
     ):
         model_directory("hf:org/tiny-llm")
+
+
+def test_lora_trains_and_merges_a_copy_head_base(lora: dict[str, Any], tmp_path: Path) -> None:
+    from peft import PeftModel
+
+    from aifab.models.checkpoint import load_model
+    from aifab.models.copy_lm import COPY_MODULES, CopyLlamaForCausalLM
+    from aifab.train.recipes.lm import main as pretrain
+    from aifab.train.recipes.lora import main as finetune
+
+    base_out = pretrain(
+        {
+            "dataset": "corpus",
+            **LM,
+            "max_steps": 3,
+            "model": {"copy_head": True},
+            "output_dir": str(tmp_path / "base"),
+        }
+    )
+    base, _ = load_model(base_out["model_dir"])
+    assert isinstance(base, CopyLlamaForCausalLM)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FutureWarning)
+        out = finetune(
+            {
+                "dataset": "instructions",  # the lora fixture's
+                "base": base_out["model_dir"],
+                "lora": {
+                    "r": 4,
+                    "alpha": 8,
+                    "target_modules": ["q_proj", "k_proj", "v_proj", "o_proj"],
+                },
+                "max_steps": 4,
+                "optim": {"lr": 0.01, "warmup_steps": 0},
+                "merge": True,
+                "output_dir": str(tmp_path / "sft"),
+                **FAST,
+            }
+        )
+        adapter = json.loads((Path(out["model_dir"]) / "adapter_config.json").read_text())
+        assert sorted(adapter["modules_to_save"]) == sorted(COPY_MODULES)
+        tuned = PeftModel.from_pretrained(base, out["model_dir"]).eval()
+    merged, sidecar = load_model(out["merged_dir"])
+    assert isinstance(merged, CopyLlamaForCausalLM) and sidecar["config"]["copy_head"] is True
+    fresh, _ = load_model(base_out["model_dir"])
+    # The copy head trained in full (it is in modules_to_save) and the merge kept it.
+    assert not torch.equal(merged.copy_key.weight, fresh.copy_key.weight)
+    ids = torch.tensor([[1, 20, 30, 40, 50, 20]])
+    with torch.no_grad():
+        assert torch.allclose(tuned(input_ids=ids).logits, merged(input_ids=ids).logits, atol=1e-4)

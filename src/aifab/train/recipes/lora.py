@@ -241,6 +241,9 @@ def _setup(
         lora_alpha=cfg.lora.alpha,
         lora_dropout=cfg.lora.dropout,
         target_modules=list(cfg.lora.target_modules),
+        # A copy head (models.copy_lm) is small and decides where to copy from: it trains in
+        # full beside the adapters, and merging writes the trained copy back into the base.
+        modules_to_save=list(getattr(base, "copy_modules", ())) or None,
     )
     try:
         peft_model = get_peft_model(base, peft_cfg)
