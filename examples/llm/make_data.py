@@ -11,14 +11,21 @@ Deterministic (seeded), so the committed files are exactly this script's output:
 - ``data/instructions.jsonl``: about 200 instruction/response pairs (columns ``instruction``,
   ``input``, ``output``, ``split``) over the same world: plurals, opposites, animal sounds,
   simple sums, the next day of the week, and facts about the village.
+- ``data/pretrain.jsonl.gz`` and ``data/chats.jsonl.gz``: what the pipeline trains on: the
+  above plus aifab's docs and questions about them (``docs_qa.py``), and
+  ``data/docs_qa.jsonl``: those questions with their split (held-out ones never trained on).
 """
 
 from __future__ import annotations
 
+import gzip
 import json
 import random
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
+
+import docs_qa
 
 SEED = 11
 PARAGRAPHS = 1000
@@ -158,16 +165,47 @@ def instructions(rng: random.Random) -> list[dict[str, str]]:
     ]
 
 
-def _write_jsonl(path: Path, rows: list[dict[str, str]]) -> None:
+def village_questions() -> list[dict[str, str]]:
+    """Plain questions about the village (``chat.py "What does the cow say?"``), for the chats.
+
+    The docs questions are plain questions too; without these the model answers every
+    question with a command.
+    """
+    rows = [(f"What does the {a} say?", f"The {a} says {s}.") for a, s in ANIMALS.items()]
+    rows += [(f"Where does {p} live?", f"{p} lives near {_home(p)}.") for p in PEOPLE]
+    rows += [(f"Which pet does {p} have?", f"{p} has a {_pet(p)}.") for p in PEOPLE]
+    return [{"instruction": q, "input": "", "output": a, "split": "train"} for q, a in rows]
+
+
+def docs_corpus() -> list[dict[str, str]]:
+    """The docs' chunks as pre-training text: the tokenizer and the model learn their words."""
+    return [{"text": c.text, "split": "train"} for c in docs_qa.chunks()]
+
+
+def _jsonl(rows: list[dict[str, Any]]) -> bytes:
+    return "".join(json.dumps(r) + "\n" for r in rows).encode()
+
+
+def _write(path: Path, data: bytes) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    # mtime=0: the same rows give the same bytes, so the committed file is checkable.
+    path.write_bytes(gzip.compress(data, mtime=0) if path.suffix == ".gz" else data)
 
 
 def main() -> None:
-    """Write both files under ``data/``."""
+    """Write the files under ``data/``."""
     rng = random.Random(SEED)
-    _write_jsonl(OUT / "corpus.jsonl", corpus(rng))
-    _write_jsonl(OUT / "instructions.jsonl", instructions(rng))
+    village = corpus(rng)
+    instructions_rows = instructions(rng)
+    _write(OUT / "corpus.jsonl", _jsonl(village))
+    _write(OUT / "instructions.jsonl", _jsonl(instructions_rows))
+    docs = docs_qa.rows(random.Random(SEED))
+    pretrain = village + docs_corpus() + docs_qa.closed_book(docs)
+    _write(OUT / "pretrain.jsonl.gz", _jsonl(pretrain))
+    village_chats = [{"system": "", **r} for r in instructions_rows + village_questions()]
+    _write(OUT / "chats.jsonl.gz", _jsonl(village_chats + docs_qa.chat_rows(docs)))
+    keep = ("question", "expected", "context", "anchor", "split")
+    _write(OUT / "docs_qa.jsonl", _jsonl([{k: r[k] for k in keep} for r in docs]))
 
 
 if __name__ == "__main__":

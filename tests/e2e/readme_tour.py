@@ -111,7 +111,9 @@ class Tour:
 
     cwd: Path
     env: dict[str, str]
-    timeout_s: float = 300.0
+    # `aifab run examples/llm/pipeline.yaml` (pre-training plus fine-tuning on ~1,000-token RAG
+    # prompts) takes 4-6 minutes on 2 shared cores.
+    timeout_s: float = 600.0
     ports: dict[str, int] = field(default_factory=dict)
     background: list[tuple[subprocess.Popen[bytes], Path]] = field(default_factory=list)
 

@@ -17,10 +17,18 @@ from aifab.core.errors import InvalidInputError, NotFoundError
 from aifab.prompts import ChatModel, chat_model, create_prompt, get_prompt, render_prompt
 from aifab.rag.search import search
 
-__all__ = ["DEFAULT_PROMPT", "ask", "ask_stream", "neutralise"]
+__all__ = [
+    "DEFAULT_PROMPT",
+    "SYSTEM",
+    "TEMPLATE",
+    "ask",
+    "ask_stream",
+    "neutralise",
+    "source_block",
+]
 
 DEFAULT_PROMPT = "kb-answer"
-_TEMPLATE = """Answer the question using only the numbered sources below. Cite sources as [n].
+TEMPLATE = """Answer the question using only the numbered sources below. Cite sources as [n].
 If the sources do not contain the answer, say you do not know.
 
 {{ context }}
@@ -71,6 +79,11 @@ def neutralise(text: str) -> tuple[str, int]:
     return text, changed
 
 
+def source_block(n: int, document: str, position: int, text: str) -> str:
+    """Source number ``n`` as the prompt shows it: ``text`` (already defused) in tags (pure)."""
+    return f'<source n="{n}" document="{document}" position="{position}">\n{text}\n</source>'
+
+
 def _redact(text: str) -> str:
     from aifab.data.pii import redact_text
 
@@ -84,7 +97,7 @@ def _ensure_prompt(ref: str) -> str:
     except NotFoundError:
         if name != DEFAULT_PROMPT or "@" in ref:
             raise
-    return str(create_prompt(DEFAULT_PROMPT, _TEMPLATE, description="aifab kb ask default")["ref"])
+    return str(create_prompt(DEFAULT_PROMPT, TEMPLATE, description="aifab kb ask default")["ref"])
 
 
 def _prepare(
@@ -107,10 +120,7 @@ def _prepare(
         neutralised += changed
         if redact:
             text = _redact(text)
-        blocks.append(
-            f'<source n="{n}" document="{hit["document"]}" position="{hit["position"]}">\n'
-            f"{text}\n</source>"
-        )
+        blocks.append(source_block(n, hit["document"], hit["position"], text))
         citations.append(
             {
                 "n": n,

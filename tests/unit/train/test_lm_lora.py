@@ -55,6 +55,22 @@ def test_stream_batches_are_a_pure_function_of_the_index() -> None:
     assert first[2] != first[0]  # the next epoch is reshuffled
 
 
+def test_length_grouped_batches_pad_less_and_cover_every_row_once_per_epoch() -> None:
+    lengths = tuple([1000] * 12 + [20] * 28)  # RAG prompts among short chats
+    epoch = [text_data.stream_batch(40, i, 4, seed=3, lengths=lengths).tolist() for i in range(10)]
+    assert sorted(i for batch in epoch for i in batch) == list(range(40))
+    # Padded to its longest row, a batch of grouped rows wastes nothing here; random ones do.
+    grouped = sum(len(b) * max(lengths[i] for i in b) for b in epoch)
+    plain = [text_data.stream_batch(40, i, 4, seed=3).tolist() for i in range(10)]
+    assert grouped == sum(lengths) < sum(len(b) * max(lengths[i] for i in b) for b in plain)
+    again = [text_data.stream_batch(40, i, 4, seed=3, lengths=lengths).tolist() for i in range(10)]
+    assert again == epoch  # a pure function of the index: resumes see the same batches
+    nxt = [
+        text_data.stream_batch(40, i, 4, seed=3, lengths=lengths).tolist() for i in range(10, 20)
+    ]
+    assert nxt != epoch
+
+
 def test_chat_rows_and_assistant_only_labels(tokenizer: Any) -> None:
     row = {"instruction": "Add the numbers.", "input": "2 and 3", "output": "5"}
     messages = text_data.row_messages(row)

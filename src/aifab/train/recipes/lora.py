@@ -89,6 +89,11 @@ class Config(RecipeConfig):
     max_steps: int | None = Field(None, ge=1, description="Stop after this many steps.")
     optim: OptimConfig = Field(default_factory=_default_optim)
     eval_every: int | None = Field(None, ge=1, description="Steps between evals (default: epoch).")
+    group_by_length: bool = Field(
+        False,
+        description="Batch examples of similar length together (less padding when short and "
+        "long examples mix).",
+    )
     merge: bool = Field(False, description="Also save the base with the adapters merged in.")
     bf16: bool = Field(False, description="bf16 autocast (CPU and Ampere+ GPUs).")
     experiment: str = Field("lora", description="MLflow experiment.")
@@ -291,6 +296,7 @@ def _train(
     from aifab.train.text_data import chat_loss, collate, stream_batch
 
     train, total = data["train"], total_steps(cfg, len(data["train"]))
+    lengths = tuple(len(e.input_ids) for e in train) if cfg.group_by_length else None
     accum = cfg.optim.grad_accum
     every = cfg.eval_every or max(1, -(-len(train) // (cfg.batch_size * accum)))  # an epoch
     begin, aside, samples, loss = time.perf_counter(), 0.0, 0, float("nan")
@@ -299,7 +305,7 @@ def _train(
         while state.step < total:
             first = state.step * accum
             rows = [
-                stream_batch(len(train), i, cfg.batch_size, cfg.seed)
+                stream_batch(len(train), i, cfg.batch_size, cfg.seed, lengths=lengths)
                 for i in range(first, first + accum)
             ]
             batches = [collate([train[i] for i in r], pad) for r in rows]
