@@ -29,9 +29,9 @@ SKIP: dict[str, str] = {
     "make demo": "the tour's setup already ran `aifab demo` (what `make demo` runs)",
     "make test": "this test is part of `make test`",
     ".venv/bin/python bench/": "benchmarks take minutes each and are not tests",
-    # The agents example pre-trains and tunes an LM for 5-8 minutes on 2 cores; the commands
+    # The agents example pre-trains and tunes an LM for 4-5 minutes on 2 cores; the commands
     # after it need its model. `bench/agent.py --only example` runs it end to end.
-    "aifab run examples/agents/pipeline.yaml": "trains the tool-use LM for 5-8 minutes",
+    "aifab run examples/agents/pipeline.yaml": "trains the tool-use LM for 4-5 minutes",
     "aifab agents eval-tools agent-lm": "needs agent-lm from the agents example (skipped)",
     'aifab agents run analyst "': "needs agent-lm from the agents example (skipped)",
     "aifab agents trace $(aifab agents runs --agent analyst": "traces the skipped analyst run",
