@@ -121,8 +121,8 @@ def test_submit_options_override_the_file(cli: Cli, tmp_path: Path) -> None:
         ("name: t\nrun: {command: 'true'}\nresources: {cpus: 2}\n", "resources.cpus: unknown key"),
         (
             "name: t\nrun: {recipe: fly}\n",
-            "run.recipe: unknown recipe 'fly' (known: classify, contrastive, custom, echo, kge, lm, "
-            "lora, noop, pipeline, sleep)",
+            "run.recipe: unknown recipe 'fly' (known: classify, contrastive, custom, echo, kge, "
+            "lm, lora, noop, pipeline, sleep)",
         ),
         (
             "name: t\nrun: {command: 'true'}\nreplicas: 3\nresources: {cpu: 2}\n",
