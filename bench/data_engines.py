@@ -14,7 +14,9 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import logging
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -112,25 +114,20 @@ def child_aifab(engine: str, limit_mb: int) -> dict[str, Any]:
     return {"rows_out": v.num_rows, "hash": v.content_hash, **extra}
 
 
-class _StageTimes:
+class _StageTimes(logging.Handler):
     """Ray Data's own "execution finished in X seconds" log records, one per pass."""
 
     def __init__(self) -> None:
-        import logging
-
+        super().__init__()
         import ray.data  # noqa: F401 - Ray Data configures its loggers on import; attach after
 
         self.seconds: list[float] = []
-        handler = logging.Handler()
-        handler.emit = self._record  # type: ignore[method-assign]
         logger = logging.getLogger("ray.data._internal.execution.streaming_executor")
-        logger.addHandler(handler)
+        logger.addHandler(self)
         # aifab's engine quiets ray.data to WARNING; these INFO records are what is measured.
         logger.setLevel(logging.INFO)
 
-    def _record(self, record: Any) -> None:
-        import re
-
+    def emit(self, record: logging.LogRecord) -> None:
         m = re.search(r"execution finished in ([0-9.]+) seconds", record.getMessage())
         if m:
             self.seconds.append(float(m.group(1)))

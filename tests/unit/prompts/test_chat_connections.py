@@ -50,11 +50,11 @@ def endpoint() -> Iterator[tuple[str, list[int]]]:
 
 def test_calls_of_one_process_share_a_connection(endpoint: tuple[str, list[int]]) -> None:
     url, peers = endpoint
-    chat = OpenAIChat(url, "llm", api_key="k", timeout_s=5)
+    chat = OpenAIChat(url, "llm", api_key="k", timeout_s=60)
     for _ in range(3):
         assert chat.complete([{"role": "user", "content": "hi"}], max_tokens=4).text == "ok"
     # A second client object (an agent run makes one per run) reuses the same pool.
-    other = OpenAIChat(url, "llm", api_key="k", timeout_s=5)
+    other = OpenAIChat(url, "llm", api_key="k", timeout_s=60)
     assert other.post_json([{"role": "user", "content": "hi"}], max_tokens=4)["choices"]
     assert len(peers) == 4
     assert len(set(peers)) == 1, f"{len(set(peers))} connections for 4 calls"
