@@ -20,6 +20,8 @@ from aifab.pipeline.spec import PreparedStep, StepContext, StepOutputs
 
 #: Recipe config keys that name datasets (``dataset``, ``valid_dataset``...).
 _DATASET_KEY_SUFFIX = "dataset"
+#: Recipe config keys that name a base model: a directory or a registered NAME[@VERSION|@ALIAS].
+_MODEL_KEYS = ("base",)
 
 
 class TrainParams(StrictConfig):
@@ -56,6 +58,37 @@ def _pin_datasets(ctx: StepContext, config: dict[str, Any]) -> list[VersionInfo]
     return versions
 
 
+def _pin_models(config: dict[str, Any]) -> tuple[dict[str, str], list[Path]]:
+    """Pin each base model the config names to the version it is now, in place.
+
+    A registered base (``llm-base``) is a moving input: an earlier step of the same pipeline
+    may just have registered a new version. Pinned to ``NAME@VERSION`` it is part of the cache
+    key (a new base re-runs the fine-tune) and the job trains on exactly the version fingerprinted.
+
+    Returns:
+        The pinned refs by key (the step's state) and the base directories (fingerprinted files).
+    """
+    from aifab.core.errors import NotFoundError
+    from aifab.track.registry import resolve_model
+    from aifab.train.lifecycle import HUB_PREFIX
+
+    pinned: dict[str, str] = {}
+    dirs: list[Path] = []
+    for key in _MODEL_KEYS:
+        value = config.get(key)
+        if not isinstance(value, str) or value.startswith(HUB_PREFIX):
+            continue
+        if Path(value).expanduser().is_dir():
+            dirs.append(Path(value).expanduser())
+            continue
+        try:
+            version = resolve_model(value)
+        except (NotFoundError, InvalidInputError):
+            continue  # the recipe's own check names what is wrong, with the key
+        config[key] = pinned[key] = f"{version['name']}@{version['version']}"
+    return pinned, dirs
+
+
 def train(ctx: StepContext, params: Mapping[str, Any]) -> PreparedStep:
     """Run a training recipe as a job and wait for it (the model dir is the step's artifact)."""
     from aifab.train.submit import apply_overrides, build_job_spec
@@ -72,6 +105,7 @@ def train(ctx: StepContext, params: Mapping[str, Any]) -> PreparedStep:
         raw = dict(p.config)
     config = apply_overrides(raw, p.overrides)
     datasets = _pin_datasets(ctx, config)
+    models, model_dirs = _pin_models(config)
     spec = build_job_spec(
         p.recipe,
         config,
@@ -96,7 +130,7 @@ def train(ctx: StepContext, params: Mapping[str, Any]) -> PreparedStep:
         model_dir = result.get("model_dir")
         return StepOutputs(artifacts=[model_dir] if model_dir else [], details=details)
 
-    return PreparedStep(run=run, datasets=datasets, files=files)
+    return PreparedStep(run=run, datasets=datasets, files=files + model_dirs, state=models)
 
 
 def register(ctx: StepContext, params: Mapping[str, Any]) -> PreparedStep:

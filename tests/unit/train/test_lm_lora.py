@@ -434,3 +434,27 @@ def test_lora_trains_and_merges_a_copy_head_base(lora: dict[str, Any], tmp_path:
     ids = torch.tensor([[1, 20, 30, 40, 50, 20]])
     with torch.no_grad():
         assert torch.allclose(tuned(input_ids=ids).logits, merged(input_ids=ids).logits, atol=1e-4)
+
+
+def test_a_pipeline_finetune_reruns_when_its_registered_base_gets_a_new_version(
+    lm: dict[str, Any], tmp_path: Path
+) -> None:
+    """The base is a registry name: a new version of it is a new input, not a cache hit."""
+    from aifab.pipeline import run_pipeline
+    from aifab.track.registry import register_model
+
+    register_model(lm["run_id"], "model", "pipe-base")
+    ingest("pipe-instructions", str(EXAMPLES / "instructions.jsonl"))
+    config = {"dataset": "pipe-instructions", "base": "pipe-base", "max_steps": 2, **FAST}
+    spec = {
+        "name": "tune",
+        "steps": [{"name": "tune", "uses": "train", "with": {"recipe": "lora", "config": config}}],
+    }
+    path = tmp_path / "pipeline.yaml"
+    path.write_text(json.dumps(spec))
+    assert run_pipeline(path).step("tune").status == "succeeded"
+    assert run_pipeline(path).step("tune").status == "skipped"
+    register_model(lm["run_id"], "model", "pipe-base")  # version 2, as a re-run pretrain makes
+    again = run_pipeline(path).step("tune")
+    assert again.status == "succeeded"
+    assert again.inputs["state"] == {"base": "pipe-base@2"}
