@@ -164,6 +164,10 @@ def _refusal(base_url: str, status: int, text: str, key_env: str = API_KEY_ENV) 
     return UpstreamError(f"chat endpoint {base_url} answered {status}: {message}")
 
 
+#: Answers (``kb ask``, ``prompts eval``) decode greedily wherever the model runs: the same
+#: deployment gives the same answer through its URL as in-process, and evals are reproducible.
+_GREEDY = {"temperature": 0.0}
+
 _CLIENT_LOCK = threading.Lock()
 _CLIENT: tuple[int, Any] | None = None
 
@@ -274,8 +278,8 @@ class OpenAIChat:
             response.close()
 
     def complete(self, messages: list[dict[str, str]], *, max_tokens: int) -> ChatResult:
-        """One non-streaming request."""
-        response = self._post(messages, max_tokens, stream=False)
+        """One non-streaming request, greedy (as an in-process model answers)."""
+        response = self._post(messages, max_tokens, stream=False, extra=_GREEDY)
         try:
             data = response.json()
             text = data["choices"][0]["message"]["content"]
@@ -289,10 +293,10 @@ class OpenAIChat:
         return ChatResult(str(text or ""), str(data.get("model") or self.model), usage)
 
     def stream(self, messages: list[dict[str, str]], *, max_tokens: int) -> Iterator[str]:
-        """Yield the ``delta.content`` pieces of the SSE stream."""
+        """Yield the ``delta.content`` pieces of the SSE stream (greedy, as :meth:`complete`)."""
         import httpx
 
-        response = self._post(messages, max_tokens, stream=True)
+        response = self._post(messages, max_tokens, stream=True, extra=_GREEDY)
         try:
             for line in response.iter_lines():
                 if not line.startswith("data:"):
