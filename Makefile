@@ -15,10 +15,13 @@ $(PY):
 
 # constraints.txt pins every package (see its header): resolution is then one pass, and a fresh
 # clone gets the versions the suite passed with.
-$(STAMP): pyproject.toml constraints.txt | $(PY)
+# requirements-llamaindex.txt: LlamaIndex needs openai<3, so it lives in a side folder (see there).
+$(STAMP): pyproject.toml constraints.txt requirements-llamaindex.txt | $(PY)
 	$(PY) -m pip install --quiet --upgrade 'pip>=24'
 	$(PY) -m pip install --quiet torch==2.13.0
 	$(PY) -m pip install --quiet -c constraints.txt -e '.[all,dev]'
+	rm -rf $(VENV)/llamaindex
+	$(PY) -m pip install --quiet --no-deps --target $(VENV)/llamaindex -r requirements-llamaindex.txt
 	touch $(STAMP)
 
 # Rewrite constraints.txt from the installed venv (after a dependency change and a green suite).
