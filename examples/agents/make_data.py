@@ -12,12 +12,15 @@ Some training conversations go on after the call: the tool's result and a short 
 quoting it, so an agent's run ends with words.
 
 Requests ask about customers: counts, averages and lookups answered with the ``sql`` tool,
-churn questions about one customer answered with the ``predict`` tool. Every answer copies the
-request's slot values (countries, plans, numbers, names, dates) verbatim into the arguments,
-and the values vary widely, so the model must learn to copy rather than memorise. Each slot's
-values are split in two pools: train and valid requests use the train pool only, and every
-test request holds at least one value the training split never saw, so the ``test`` split
-measures copying of unseen values.
+churn questions about one customer answered with the ``predict`` tool (30%: eight fields, the
+harder copy). Every answer copies the request's slot values (countries, plans, numbers, names,
+dates, ticket texts) verbatim into the arguments, and every slot's values vary widely (dozens
+of plans, ticket texts made of support words), so the model must learn to copy rather than
+guess: a field with three values was always written from memory. Text values are mostly
+quoted as the call writes them (``'GB'`` for SQL, ``"GB"`` for JSON), sometimes bare. Each
+slot's values are split in two pools: train and valid requests use the train pool only, and
+every test request holds at least one value the training split never saw, so the ``test``
+split measures copying of unseen values.
 """
 
 from __future__ import annotations
@@ -53,7 +56,17 @@ OTHER = (  # noqa: SIM905 - one line of names reads better than one name a line
     "IR IS IT JM JO KE KR KW KZ LB LK LT LU LV MA MX MY NG NL NO NP NZ OM PA PE PH PK PL "
     "PT PY QA RO RS RU SA SE SG SI SK SN TH TN TR TW TZ UA UG UY UZ VE VN ZA ZM ZW"
 ).split()
+# The quickstart table's plans (never held out: the README asks about them) and many more, so a
+# plan is copied from the request, not guessed among three.
 PLANS = ["basic", "pro", "enterprise"]
+MORE_PLANS = (  # noqa: SIM905 - one line of names reads better than one name a line
+    "free starter team business premium growth scale plus ultimate trial student nonprofit "
+    "legacy partner lite standard advanced professional unlimited founder gold silver bronze "
+    "platinum diamond essential essentials core elite select prime solo duo family agency "
+    "startup studio classic flex annual monthly edu education creator maker hobby indie "
+    "launch rocket orbit summit peak apex base plusplus premier signature bundle suite "
+    "cloud hosted onprem campus clinic retail merchant seller vendor reseller wholesale"
+).split()
 FIRST = (  # noqa: SIM905 - one line of names reads better than one name a line
     "Noah James Omar Wei Elif Grace Sofia Pierre Aisha Ravi Lukas Diego Nora Ines Hiroshi "
     "Olga Emma Jonas Tom Chloe Liam Mia Yuki Carlos Fatima Ivan Anna Marco Leila Sven "
@@ -77,15 +90,24 @@ TICKETS = [
     "Want to upgrade",
     "Nobody answered me",
 ]
+# Support-ticket words: a ticket text is a few of them (or a canned one), so it is copied too.
+TICKET_WORDS = (  # noqa: SIM905 - one line of words reads better than one word a line
+    "login invoice export refund password sync crash slow billing account upgrade cancel "
+    "report dashboard email alert api key team seat plan price discount outage error timeout "
+    "mobile app chart csv import webhook token limit quota backup restore data missing wrong "
+    "broken failed late double charged locked reset support urgent please thanks again still"
+).split()
 TABLE = "customers"
+#: Share of predict requests: their eight fields, three of them text, are the harder copy.
+PREDICT_SHARE = 0.3
 
 
 def _held_out(value: object) -> bool:
     """About one value in five of each slot is reserved for the test split (a fixed hash).
 
-    The quickstart's countries stay in the train pool: the README's questions ask about them.
+    The quickstart's countries and plans stay in the train pool: the README asks about them.
     """
-    return value not in KNOWN and zlib.crc32(str(value).encode()) % 5 == 0
+    return value not in KNOWN and value not in PLANS and zlib.crc32(str(value).encode()) % 5 == 0
 
 
 class Slots:
@@ -108,8 +130,23 @@ class Slots:
         return str(self.pick(lambda r: r.choice(KNOWN + OTHER)))
 
     def plan(self) -> str:
-        """A plan (few values: never held out)."""
-        return self.rng.choice(PLANS)
+        """A plan: one of the table's three half the time, else one of many others.
+
+        Never held out: a plan is one word, and a word the training split never shows would be
+        tokens the LM never trained on (a vocabulary gap, not a copying one). Held-out values
+        are unseen as values but made of seen tokens: countries, numbers, names, emails.
+        """
+        return self.rng.choice(PLANS if self.rng.random() < 0.5 else MORE_PLANS)
+
+    def ticket(self) -> str:
+        """What a customer wrote: a canned text, or a few support words."""
+
+        def draw(r: random.Random) -> str:
+            if r.random() < 0.3:
+                return r.choice(TICKETS)
+            return " ".join(r.choice(TICKET_WORDS) for _ in range(r.randint(2, 5))).capitalize()
+
+        return str(self.pick(draw))
 
     def number(self, low: int, high: int, step: int = 1) -> int:
         """An integer in ``[low, high]``."""
@@ -119,9 +156,9 @@ class Slots:
         """A customer's full name."""
         return str(self.pick(lambda r: f"{r.choice(FIRST)} {r.choice(LAST)}"))
 
-    def quoted(self, value: str) -> str:
-        """Mostly quoted as in SQL (the same tokens as in the call), sometimes bare."""
-        return f"'{value}'" if self.rng.random() < 0.7 else value
+    def quoted(self, value: str, mark: str = "'") -> str:
+        """Mostly quoted as in the call (``'`` for SQL, ``"`` for JSON), sometimes bare."""
+        return f"{mark}{value}{mark}" if self.rng.random() < 0.7 else value
 
     def email(self) -> str:
         """A random email address."""
@@ -154,7 +191,7 @@ class Slots:
 
 def _sql(s: Slots) -> tuple[str, str]:
     """A question and the SQL that answers it."""
-    kind = s.rng.randrange(12)
+    kind = s.rng.randrange(13)
     if kind == 0:
         c = s.country()
         return (
@@ -172,6 +209,12 @@ def _sql(s: Slots) -> tuple[str, str]:
         return (
             f"How many customers from {s.quoted(c)} are on the {p} plan?",
             f"SELECT count(*) AS n FROM {TABLE} WHERE country = '{c}' AND plan = '{p}'",
+        )
+    if kind == 12:
+        p = s.plan()
+        return (
+            f"How many customers are on the {p} plan?",
+            f"SELECT count(*) AS n FROM {TABLE} WHERE plan = '{p}'",
         )
     if kind == 3:
         p = s.plan()
@@ -230,26 +273,27 @@ def _predict(s: Slots) -> tuple[str, dict[str, Any]]:
         "plan": s.plan(),
         "country": s.country(),
         "signup_date": s.date(),
-        "ticket_text": s.rng.choice(TICKETS),
+        "ticket_text": s.ticket(),
     }
+    plan, country, text = (s.quoted(record[k], '"') for k in ("plan", "country", "ticket_text"))
     question = (
         f"Will this customer churn? Age {record['age']}, income {record['income']}, spend "
-        f"{json.dumps(spend)} a month, {record['support_tickets']} tickets, plan {record['plan']}, "
-        f"country {record['country']}, signed up {record['signup_date']}, "
-        f"wrote: {record['ticket_text']}"
+        f"{json.dumps(spend)} a month, {record['support_tickets']} tickets, plan {plan}, "
+        f"country {country}, signed up {record['signup_date']}, wrote: {text}"
     )
     return question, {"records": [record]}
 
 
 def _row(rng: random.Random, split: str, system: dict[str, str], template: Any) -> dict[str, Any]:
+    call: dict[str, Any]
     while True:
         slots = Slots(rng, test=split == "test")
-        if rng.random() < 0.8:
-            question, sql = _sql(slots)
-            call: dict[str, Any] = {"name": "sql", "arguments": {"query": sql}}
-        else:
+        if rng.random() < PREDICT_SHARE:
             question, arguments = _predict(slots)
             call = {"name": "predict", "arguments": arguments}
+        else:
+            question, sql = _sql(slots)
+            call = {"name": "sql", "arguments": {"query": sql}}
         if slots.fresh == (split == "test"):  # test: some value unseen in train; else none
             break
     answer = CALL_OPEN + json.dumps(call, separators=(",", ":")) + CALL_CLOSE
