@@ -11,7 +11,8 @@ the metadata DB. Baseline: the same number of chat calls through the same HTTP c
 Part 2: tokens/s of the same small causal LM (built from the zoo, untrained, with a BPE
 tokenizer trained here on JSON-like text) generating 96 tokens freely and under a JSON-schema
 constraint (a forced call: the union of two tools' schemas, budget-aware), one thread, median
-of repeats. Goal: >= 0.85x.
+of repeats, for models of three seeds (what a model writes decides the states visited); the
+worst ratio counts. Goal: >= 0.85x.
 
 Part 3 (``--only example``): runs the shipped ``examples/agents/pipeline.yaml`` end to end in
 a fresh workspace and prints the held-out split's tool-name accuracy and argument exact match
@@ -78,7 +79,7 @@ def _stand_in(steps: int) -> tuple[uvicorn.Server, str]:
 
 
 def constrained_vs_free(repeats: int = 5, tokens: int = 96) -> None:
-    """Tokens/s of free vs JSON-constrained greedy decoding with one small LM."""
+    """Tokens/s of free vs JSON-constrained greedy decoding, small LMs of three seeds."""
     import json
 
     import torch
@@ -99,11 +100,7 @@ def constrained_vs_free(repeats: int = 5, tokens: int = 96) -> None:
         for i in range(500)
     ]
     tok = train_bpe_tokenizer(corpus, vocab_size=1024)
-    model = build_model(
-        "causal-lm", {"preset": "small", "vocab_size": len(tok), "max_position_embeddings": 512}
-    ).eval()
     eos = frozenset({int(tok.eos_token_id)})
-    lm = LanguageModel(model, tok, 512, eos, int(tok.pad_token_id))
     from aifab.inference.tool_calls import call_schema
 
     tools = [
@@ -122,24 +119,36 @@ def constrained_vs_free(repeats: int = 5, tokens: int = 96) -> None:
     ]
     # tool_choice "required": the union of both tools' calls, decoded with a token budget.
     schema = call_schema(tools, "required")
-    lm.vocabulary()  # built once per model, as a server does at the first constrained request
+    ratios = []
+    # Untrained models of three seeds: what they write (a query string, or a free object's
+    # keys) decides which states the constraint visits, so one model alone can mislead.
+    for seed in range(3):
+        torch.manual_seed(seed)
+        model = build_model(
+            "causal-lm", {"preset": "small", "vocab_size": len(tok), "max_position_embeddings": 512}
+        ).eval()
+        lm = LanguageModel(model, tok, 512, eos, int(tok.pad_token_id))
+        lm.vocabulary()  # built once per model, as a server does at the first constrained request
 
-    def rate(constrained: bool) -> float:
-        times = []
-        for _ in range(repeats):
-            params = GenerationParams(max_tokens=tokens, temperature=0.0)
-            if constrained:
-                params.constraint = JsonConstraint(schema, lm.vocabulary())
-            t0 = time.perf_counter()
-            [out] = generate(lm, [GenerationRequest("call a tool", params)])
-            times.append(out.completion_tokens / (time.perf_counter() - t0))
-        return statistics.median(times)
+        def rate(constrained: bool, lm: LanguageModel = lm) -> float:
+            times = []
+            for _ in range(repeats):
+                params = GenerationParams(max_tokens=tokens, temperature=0.0)
+                if constrained:
+                    params.constraint = JsonConstraint(schema, lm.vocabulary())
+                t0 = time.perf_counter()
+                [out] = generate(lm, [GenerationRequest("call a tool", params)])
+                times.append(out.completion_tokens / (time.perf_counter() - t0))
+            return statistics.median(times)
 
-    rate(False), rate(True)  # warm-up
-    free, bound = rate(False), rate(True)
-    print(f"free decoding                    : {free:8.1f} tokens/s (small LM, 1 thread)")
-    print(f"JSON-schema constrained decoding : {bound:8.1f} tokens/s")
-    print(f"constrained / free               : {bound / free:8.2f}x (goal >= 0.85x)")
+        rate(False), rate(True)  # warm-up
+        free, bound = rate(False), rate(True)
+        ratios.append(bound / free)
+        print(
+            f"model seed {seed}: free {free:6.1f} tokens/s, JSON-schema constrained "
+            f"{bound:6.1f} tokens/s, {bound / free:.2f}x (small LM, 1 thread)"
+        )
+    print(f"constrained / free               : {min(ratios):8.2f}x worst of 3 (goal >= 0.85x)")
 
 
 def example_accuracy() -> None:

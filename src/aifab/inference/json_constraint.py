@@ -71,14 +71,12 @@ class JsonConstraint:
         """Whether the output so far is a whole valid document."""
         return accepting(self.state, self.nodes)
 
-    def _options(self) -> tuple[list[int], list[int]]:
-        hit = self._memo.get(self.state)
-        if hit is not None:
-            return hit
+    def _scan(self, state: State) -> tuple[list[int], list[int]]:
+        """Every token allowed after ``state``, sorted by the closing cost after it."""
         pairs: list[tuple[int, int]] = []
         costs: dict[State, int] = {}
         for first, tokens in self.vocab.by_first.items():
-            after_first = step(self.state, first, self.nodes)
+            after_first = step(state, first, self.nodes)
             if after_first is None:
                 continue
             for token_id, text in tokens:
@@ -90,10 +88,40 @@ class JsonConstraint:
                     cost = costs[after] = closing_cost(after, self.nodes, self.sizes)
                 pairs.append((cost, token_id))
         pairs.sort()
-        options = ([t for _, t in pairs], [c for c, _ in pairs])
-        if len(self._memo) < 50_000:
-            self._memo[self.state] = options
-        return options
+        return [t for _, t in pairs], [c for c, _ in pairs]
+
+    def _memoized(self, state: State) -> tuple[list[int], list[int]]:
+        hit = self._memo.get(state)
+        if hit is None:
+            hit = self._scan(state)
+            if len(self._memo) < 50_000:
+                self._memo[state] = hit
+        return hit
+
+    def _options(self, remaining: int | None) -> tuple[list[int], list[int]]:
+        """The allowed ids and their closing costs in the current state.
+
+        Inside a key of a free object (``{"type": "object"}``, e.g. a tool's free arguments)
+        every character typed is a new state, so a memo by state missed on every token and
+        each one scanned the whole vocabulary. There the options are those of the key's start,
+        shared by every character, with two exact corrections: a token that closes the key (or
+        a later one) onto a key already set is dropped, and near the budget's end (where a
+        cost that is one off could matter) the state is scanned as it is.
+        """
+        shared = _key_start(self.state, self.nodes)
+        if shared is None or shared == self.state:
+            return self._memoized(self.state)
+        ids, costs = self._memoized(shared)
+        if remaining is not None and costs and remaining - 1 <= costs[-1]:
+            return self._scan(self.state)
+        text_of = self.vocab.text_of
+        drop = {
+            t for t in ids if '"' in text_of[t] and feed(self.state, text_of[t], self.nodes) is None
+        }
+        if not drop:
+            return ids, costs
+        keep = [k for k, t in enumerate(ids) if t not in drop]
+        return [ids[k] for k in keep], [costs[k] for k in keep]
 
     def allowed(self, remaining: int | None = None) -> list[int]:
         """Token ids that keep the output valid; EOS only once the document is complete.
@@ -102,7 +130,7 @@ class JsonConstraint:
             remaining: tokens left including this one (None: no budget). A token is allowed
                 only if the document can still be closed, one character per token, after it.
         """
-        ids, costs = self._options()
+        ids, costs = self._options(remaining)
         end = len(ids)
         if remaining is not None:
             end = bisect_right(costs, remaining - 1)
@@ -130,3 +158,17 @@ class JsonConstraint:
     def parse(self, text: str) -> Any:
         """The finished output as JSON (it parses whenever generation ended at EOS)."""
         return json.loads(text)
+
+
+def _key_start(state: State, nodes: list[Any]) -> State | None:
+    """``state`` with its key so far and the keys set forgotten, inside a free object's key.
+
+    Neither changes which characters may come there. None outside such a key.
+    """
+    if not state or state[-1][0] != "obj" or state[-1][2] != "k":
+        return None
+    top = state[-1]
+    node = top[1]
+    if node >= 0 and nodes[node][0] != "any_object":
+        return None
+    return (*state[:-1], ("obj", node, "k", frozenset(), ""))
