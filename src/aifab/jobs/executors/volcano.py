@@ -47,6 +47,7 @@ from aifab.core.errors import (
 from aifab.core.extras import require
 from aifab.core.settings import get_settings
 from aifab.jobs.executors.base import AttemptStatus, Launch, ReplicaLaunch
+from aifab.jobs.launch import node_env
 from aifab.jobs.pod_spec import PodSpec
 from aifab.jobs.policy import Node
 from aifab.jobs.resources import Resources
@@ -77,28 +78,23 @@ def _pod_env(
     env: Mapping[str, str], spec: Mapping[str, Any], log_key: str | None = None
 ) -> list[dict[str, str]]:
     settings = get_settings()
-    # Not secrets: where the shared workspace is. The DB URL carries a password: a Secret.
-    shared = {
-        "AIFAB_STORAGE_URI": settings.storage_uri,
-        "AIFAB_TRACKING_URI": settings.tracking_uri,
-    }
-    out = {k: v for k, v in shared.items() if v}
-    out.update({k: v for k, v in env.items() if k not in _PLUGIN_ENV})
-    if settings.storage_uri:
-        # The pod's own scratch workspace: the submitter's directory does not exist there, and
-        # paths under it (checkpoints) map to the same store keys under the pod's.
-        head = str(settings.resolved_home)
-        out = {k: POD_HOME + v[len(head) :] if v.startswith(head) else v for k, v in out.items()}
-        out["AIFAB_HOME"] = POD_HOME
-    out.update({"LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "1"})
+    out = {k: v for k, v in env.items() if k not in _PLUGIN_ENV}
     run = spec.get("run") or {}
     if run.get("recipe"):
+        # The submitter's config file is not in the pod: the config travels in the manifest.
         out.pop("AIFAB_JOB_CONFIG", None)
         out["AIFAB_JOB_CONFIG_JSON"] = json.dumps(run.get("config") or {})
         if log_key and settings.storage_uri:
             # The recipe's runner copies its output to the store too (Kubernetes keeps it only
             # as the pod's log), for ``aifab job logs`` on any machine.
             out["AIFAB_JOB_LOG_KEY"] = log_key
+    # With a store, the pod's own scratch workspace: paths under the submitter's (checkpoints)
+    # map to the same store keys under the pod's, as for a Ray node.
+    out = node_env(out, POD_HOME)
+    # Not a secret: where runs are tracked. The DB URL carries a password: a Secret.
+    if settings.tracking_uri:
+        out.setdefault("AIFAB_TRACKING_URI", settings.tracking_uri)
+    out.update({"LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "1"})
     return [{"name": k, "value": v} for k, v in sorted(out.items())]
 
 
