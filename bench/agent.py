@@ -1,12 +1,14 @@
 """Agent loop overhead, and constrained JSON decoding vs free decoding.
 
-Part 1: a traced ``run_agent`` step vs calling the same chat endpoint directly.
+Part 1: a traced ``run_agent`` step with a no-op tool vs calling the same chat endpoint
+directly.
 
 The model is a STAND-IN (a scripted OpenAI-compatible server on 127.0.0.1, started here) that
 answers instantly, so what is left is the loop's own cost per step: building the request,
 parsing tool calls, validating arguments, running the tool on a thread, writing the trace to
 the metadata DB. Baseline: the same number of chat calls through the same HTTP client. Goal:
-<= 2 ms per step beyond the model call.
+<= 2 ms per step beyond the model call. The same run with the real ``sql`` tool (DuckDB over
+the lake) is printed beside it, for scale.
 
 Part 2: tokens/s of the same small causal LM (built from the zoo, untrained, with a BPE
 tokenizer trained here on JSON-like text) generating 96 tokens freely and under a JSON-schema
@@ -174,6 +176,26 @@ def example_accuracy() -> None:
     print(f"whole pipeline                   : {wall:8.1f} s wall (goal < 360 s on 2 cores)")
 
 
+def _noop_tool(options: dict[str, Any], ctx: Any) -> Any:
+    """A built-in tool kind for this bench: named ``sql``, returning at once.
+
+    Args:
+        options: ignored.
+        ctx: ignored.
+    """
+    from aifab.agents import tool_from_function
+
+    def sql(query: str) -> dict[str, Any]:
+        """A no-op stand-in for the sql tool (its own cost is not the loop's).
+
+        Args:
+            query: ignored.
+        """
+        return {"rows": [{"x": 1}]}
+
+    return tool_from_function(sql)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--runs", type=int, default=20)
@@ -198,8 +220,8 @@ def main() -> None:
         get_trace,
         run_agent,
         run_loop,
-        tool_from_function,
     )
+    from aifab.agents.tools import BUILTIN_TOOLS
     from aifab.data import ingest
 
     server, base_url = _stand_in(args.steps)
@@ -207,29 +229,24 @@ def main() -> None:
     with open(csv, "w") as fh:
         fh.write("x\n1\n2\n")
     ingest("t", csv)
-    create_agent(
-        {
-            "name": "bench",
-            "model": {"model": "m", "base_url": base_url},
-            "tools": [{"use": "sql"}],
-            "budgets": {"max_steps": args.steps + 1},
-        }
-    )
+    BUILTIN_TOOLS.register("noop", f"{__name__}:_noop_tool")
+    for agent, tool in (("bench", "noop"), ("bench-sql", "sql")):
+        create_agent(
+            {
+                "name": agent,
+                "model": {"model": "m", "base_url": base_url},
+                "tools": [{"use": tool}],
+                "budgets": {"max_steps": args.steps + 1},
+            }
+        )
     chat = OpenAIChat(base_url, "m")
     messages = [{"role": "user", "content": "hi"}]
     for _ in range(3):  # warm-up: connections, imports, DuckDB
         run_agent("bench", "warm up")
+        run_agent("bench-sql", "warm up")
         chat.complete(messages, [], max_tokens=8, timeout_s=10)
 
-    def sql(query: str) -> dict[str, Any]:
-        """A no-op stand-in for the sql tool (its own cost is not the loop's).
-
-        Args:
-            query: ignored.
-        """
-        return {"rows": [{"x": 1}]}
-
-    noop = {"sql": tool_from_function(sql)}
+    noop = {"sql": _noop_tool({}, None)}
 
     class Instant:
         """An in-process model answering at once: what is left is the loop's own CPU time."""
@@ -244,7 +261,10 @@ def main() -> None:
     for _ in range(args.runs * 10):
         run_loop(Instant(), noop, messages, Budgets(max_steps=args.steps + 1))
     pure = (time.perf_counter() - t0) / (args.runs * 10 * args.steps) * 1000
-    direct, bare, traced, tool_ms = [], [], [], []
+    direct: list[float] = []
+    bare: list[float] = []
+    traced: dict[str, list[float]] = {"bench": [], "bench-sql": []}
+    tool_ms: dict[str, list[float]] = {"bench": [], "bench-sql": []}
     for _ in range(args.runs):
         t0 = time.perf_counter()
         for _ in range(args.steps):
@@ -254,20 +274,23 @@ def main() -> None:
         result = run_loop(chat, noop, messages, Budgets(max_steps=args.steps + 1))
         bare.append((time.perf_counter() - t0) / args.steps)
         assert result.status == "completed", result
-        t0 = time.perf_counter()
-        run = run_agent("bench", "go")
-        traced.append((time.perf_counter() - t0) / args.steps)
-        assert run["status"] == "completed" and run["steps"] == 2 * args.steps - 1, run
-        steps = get_trace(run["id"])["trace"]
-        tool_ms.append(sum(st["latency_ms"] for st in steps if st["kind"] == "tool") / args.steps)
+        for agent in traced:
+            t0 = time.perf_counter()
+            run = run_agent(agent, "go")
+            traced[agent].append((time.perf_counter() - t0) / args.steps)
+            assert run["status"] == "completed" and run["steps"] == 2 * args.steps - 1, run
+            steps = get_trace(run["id"])["trace"]
+            tool = sum(st["latency_ms"] for st in steps if st["kind"] == "tool") / args.steps
+            tool_ms[agent].append(tool)
     d = statistics.median(direct) * 1000
     b = statistics.median(bare) * 1000
-    t = statistics.median(traced) * 1000
-    q = statistics.median(tool_ms)
+    t, q = statistics.median(traced["bench"]) * 1000, statistics.median(tool_ms["bench"])
+    ts, qs = statistics.median(traced["bench-sql"]) * 1000, statistics.median(tool_ms["bench-sql"])
     print(f"loop step, in-process model      : {pure:8.2f} ms (the loop's own CPU per step)")
     print(f"model call directly              : {d:8.2f} ms per call (median of {args.runs} runs)")
     print(f"loop step, no-op tool, no trace  : {b:8.2f} ms  overhead {b - d:6.2f} ms")
-    print(f"run_agent step, sql tool, traced : {t:8.2f} ms  of which the sql tool {q:.2f} ms")
+    print(f"run_agent step, no-op tool       : {t:8.2f} ms  of which the tool {q:.2f} ms")
+    print(f"run_agent step, real sql tool    : {ts:8.2f} ms  of which the tool {qs:.2f} ms")
     print(f"loop + trace overhead per step   : {t - q - d:8.2f} ms (goal <= 2 ms)")
     server.should_exit = True
 

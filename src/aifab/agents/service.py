@@ -1,7 +1,8 @@
 """Agent service functions: define agents, run them, read their traces.
 
-Definitions and traces live in the metadata DB. A run's steps are written as they happen, so
-a run cut short (a crash, a closed stream) still leaves the trace of what it did.
+Definitions and traces live in the metadata DB. A run's steps are queued as they happen and
+committed in batches (:mod:`aifab.agents.trace_writer`), so a run cut short (a crash, a closed
+stream) still leaves the trace of what it did, up to its last quarter of a second.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from collections.abc import Callable
 from typing import Any
 
 from sqlalchemy import select
+from sqlalchemy.orm import Session
 
 from aifab.agents.chat import ChatModel, OpenAIChat
 from aifab.agents.loop import Step, run_loop
@@ -166,20 +168,26 @@ def _bounded(value: Any) -> Any:
 
 
 def _save_step(run_id: str, step: Step) -> None:
-    trace_writer().put(
-        {
-            "run_id": run_id,
-            "idx": step.index,
-            "kind": step.kind,
-            "name": step.name[:100],
-            "input": _bounded(step.input),
-            "output": _bounded(step.output),
-            "error": step.error,
-            "latency_ms": step.latency_ms,
-            "tokens": step.tokens,
-            "ts": time.time(),
-        }
-    )
+    ts = time.time()
+
+    def write(s: Session) -> None:
+        # Bounding (a JSON round trip) runs on the writer's thread, while the loop waits on I/O.
+        s.add(
+            AgentStepRow(
+                run_id=run_id,
+                idx=step.index,
+                kind=step.kind,
+                name=step.name[:100],
+                input=_bounded(step.input),
+                output=_bounded(step.output),
+                error=step.error,
+                latency_ms=step.latency_ms,
+                tokens=step.tokens,
+                ts=ts,
+            )
+        )
+
+    trace_writer().apply(write)
 
 
 def step_dict(step: Step) -> dict[str, Any]:
@@ -224,18 +232,19 @@ def run_agent(
     tools = build_tools(spec, ctx)
     chat = model or _model_for(spec, ctx)
     run_id = new_id("run")
+    actor, started_at = current_actor(), time.time()
     with session_scope() as s:
         s.add(
             AgentRunRow(
                 id=run_id,
                 agent=name,
                 agent_version=agent["version"],
-                actor=current_actor(),
+                actor=actor,
                 status="running",
                 input=user_input,
                 tokens=0,
                 steps=0,
-                started_at=time.time(),
+                started_at=started_at,
             )
         )
         record_event(s, "agent.run", f"agent:{name}", {"run": run_id})
@@ -259,13 +268,42 @@ def run_agent(
         model_timeout_s=spec.model.timeout_s,
         on_step=step_done,
     )
-    trace_writer().flush()
-    with session_scope() as s:
+    ended = {
+        "status": result.status,
+        "answer": result.answer,
+        "reason": result.reason,
+        "tokens": result.tokens,
+        "steps": len(result.steps),
+        "ended_at": time.time(),
+    }
+
+    def finish(s: Session) -> None:
         row = s.get(AgentRunRow, run_id)
         assert row is not None
-        row.status, row.answer, row.reason = result.status, result.answer, result.reason
-        row.tokens, row.steps, row.ended_at = result.tokens, len(result.steps), time.time()
-        return _run_dict(row)
+        for column, value in ended.items():
+            setattr(row, column, value)
+
+    # The run's end commits with its last steps, in one transaction; if that write failed
+    # (it was logged), it is done again here so that the caller sees the error.
+    writer = trace_writer()
+    ticket = writer.apply(finish)
+    if not writer.flush() or writer.failed(ticket):
+        with session_scope() as s:
+            finish(s)
+    return {
+        "id": run_id,
+        "agent": name,
+        "agent_version": agent["version"],
+        "actor": actor,
+        "status": result.status,
+        "input": user_input,
+        "answer": result.answer,
+        "reason": result.reason,
+        "tokens": result.tokens,
+        "steps": len(result.steps),
+        "started_at": started_at,
+        "ended_at": ended["ended_at"],
+    }
 
 
 def _run_dict(row: AgentRunRow) -> dict[str, Any]:
