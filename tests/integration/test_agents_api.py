@@ -80,10 +80,12 @@ def test_roles_and_a_run_with_the_aifab_lm_through_the_gateway(env: dict[str, An
     r = httpx.post(runs, json={"input": "the cat sat"}, headers=_h(env, "client"), timeout=120)
     assert r.status_code == 200, r.text
     run = r.json()
-    assert run["status"] == "completed" and run["steps"] == 1 and run["tokens"] > 0
-    assert run["actor"].startswith("key:")
+    # One sample in ~80 is all spaces: that step is a fault and the model is asked once more.
+    assert run["status"] == "completed" and run["steps"] in (1, 2) and run["tokens"] > 0
+    assert run["actor"].startswith("key:") and run["answer"].strip()
     trace = httpx.get(f"{url}/runs/{run['id']}", headers=_h(env, "viewer")).json()
-    assert trace["trace"][0]["kind"] == "model" and trace["trace"][0]["error"] is None
+    assert [step["kind"] for step in trace["trace"]] == ["model"] * run["steps"]
+    assert trace["trace"][-1]["error"] is None
 
 
 def test_predict_tool_streams_steps(env: dict[str, Any], stand_in: StandInLLM) -> None:
