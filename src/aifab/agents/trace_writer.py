@@ -10,6 +10,7 @@ the interpreter the loop needs while it waited on the model.
 
 from __future__ import annotations
 
+import atexit
 import collections
 import logging
 import threading
@@ -141,4 +142,6 @@ def trace_writer() -> TraceWriter:
     with _lock:
         if _writer is None:
             _writer = TraceWriter()
+            # A process that exits normally (a server stopped mid-run) commits what is queued.
+            atexit.register(_writer.flush, 5.0)
         return _writer

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -97,3 +100,20 @@ def test_a_write_goes_to_the_workspace_it_was_queued_in(
         assert writer.flush(timeout_s=30)
         assert _count("r4") == 0  # not in the workspace switched to
     assert _count("r4") == 1
+
+
+def test_a_process_that_exits_commits_what_is_queued(workspace: Path) -> None:
+    # A server stopped mid-run exits normally: its queued steps must not die with it.
+    script = (
+        "from aifab.agents.tables import AgentStepRow\n"
+        "from aifab.agents.trace_writer import trace_writer\n"
+        "w = trace_writer()\n"
+        "w.max_delay_s = 3600\n"
+        f"w.apply(lambda s: s.add(AgentStepRow(**{_row('r5', 0)!r})))\n"
+    )
+    _count("r5")  # the schema exists before the child writes
+    done = subprocess.run(
+        [sys.executable, "-c", script], env=os.environ.copy(), timeout=120, capture_output=True
+    )
+    assert done.returncode == 0, done.stderr.decode()[-2000:]
+    assert _count("r5") == 1
