@@ -29,16 +29,6 @@ SKIP: dict[str, str] = {
     "make demo": "the tour's setup already ran `aifab demo` (what `make demo` runs)",
     "make test": "this test is part of `make test`",
     ".venv/bin/python bench/": "benchmarks take minutes each and are not tests",
-    # The agents example pre-trains and tunes an LM for about 4 minutes on 2 cores; the commands
-    # after it need its model. `bench/agent.py --only example` runs it end to end.
-    "aifab run examples/agents/pipeline.yaml": "trains the tool-use LM for about 4 minutes",
-    "aifab agents eval-tools agent-lm": "needs agent-lm from the agents example (skipped)",
-    'aifab agents run analyst "': "needs agent-lm from the agents example (skipped)",
-    "aifab agents trace $(aifab agents runs --agent analyst --": "traces the skipped analyst run",
-    # analyst-gw thinks with agent-lm too, through the gateway.
-    "AIFAB_API_KEY=$KEY aifab agents run analyst-gw": "needs agent-lm (agents example, skipped)",
-    "aifab agents trace $(aifab agents runs --agent analyst-gw": "traces the skipped run",
-    "curl -s localhost:8000/v1/agents/analyst-gw/runs": "needs agent-lm (agents example, skipped)",
 }
 
 #: Commands the README shows failing on purpose: they must exit non-zero.
