@@ -232,21 +232,20 @@ def run_agent(
     tools = build_tools(spec, ctx)
     chat = model or _model_for(spec, ctx)
     run_id = new_id("run")
-    actor, started_at = current_actor(), time.time()
+    # Kept after its insert (sessions keep no expiry on commit): the reply is read from it.
+    run = AgentRunRow(
+        id=run_id,
+        agent=name,
+        agent_version=agent["version"],
+        actor=current_actor(),
+        status="running",
+        input=user_input,
+        tokens=0,
+        steps=0,
+        started_at=time.time(),
+    )
     with session_scope() as s:
-        s.add(
-            AgentRunRow(
-                id=run_id,
-                agent=name,
-                agent_version=agent["version"],
-                actor=actor,
-                status="running",
-                input=user_input,
-                tokens=0,
-                steps=0,
-                started_at=started_at,
-            )
-        )
+        s.add(run)
         record_event(s, "agent.run", f"agent:{name}", {"run": run_id})
 
     def step_done(step: Step) -> None:
@@ -276,6 +275,8 @@ def run_agent(
         "steps": len(result.steps),
         "ended_at": time.time(),
     }
+    for column, value in ended.items():  # the detached row answers the caller
+        setattr(run, column, value)
 
     def finish(s: Session) -> None:
         row = s.get(AgentRunRow, run_id)
@@ -290,20 +291,7 @@ def run_agent(
     if not writer.flush() or writer.failed(ticket):
         with session_scope() as s:
             finish(s)
-    return {
-        "id": run_id,
-        "agent": name,
-        "agent_version": agent["version"],
-        "actor": actor,
-        "status": result.status,
-        "input": user_input,
-        "answer": result.answer,
-        "reason": result.reason,
-        "tokens": result.tokens,
-        "steps": len(result.steps),
-        "started_at": started_at,
-        "ended_at": ended["ended_at"],
-    }
+    return _run_dict(run)
 
 
 def _run_dict(row: AgentRunRow) -> dict[str, Any]:
