@@ -11,6 +11,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
+from playwright.sync_api import expect
 from tests.unit.agents.conftest import StandInLLM, answer, tool_call
 
 pytestmark = pytest.mark.integration
@@ -104,11 +105,11 @@ def test_knowledge_base_search_shows_hybrid_results_with_hostile_text_inert(
     fired = _no_dialogs(page)
     page.get_by_role("link", name="Knowledge").click()
     page.get_by_role("link", name="docs").click()
-    assert page.get_by_role("heading", name="Knowledge base docs", level=1).is_visible()
+    expect(page.get_by_role("heading", name="Knowledge base docs", level=1)).to_be_visible()
     page.get_by_label("Query").fill("canary traffic probe")
     page.get_by_role("button", name="Search").click()
     results = page.locator("#kb-results")
-    assert results.get_by_text("deploy.md").is_visible()
+    expect(results.get_by_text("deploy.md")).to_be_visible()
     assert "dense rank" in results.inner_text() or "bm25 rank" in results.inner_text()
     probe = results.locator("li", has_text="probe.md")
     assert IMG_PROBE in probe.inner_text() and SCRIPT_PROBE in probe.inner_text()
@@ -148,7 +149,7 @@ def test_prompts_show_versions_aliases_template_and_evaluations(
     page = sign_in("viewer")
     page.get_by_role("link", name="Prompts").click()
     row = page.locator("tr", has_text="support")
-    assert row.get_by_text("production").is_visible()
+    expect(row.get_by_text("production")).to_be_visible()
     screenshot(page, "prompts-list")
     row.get_by_role("link", name="support").click()
     assert page.locator("#prompt-template").inner_text() == "Answer in one word: {{ question }}"
@@ -172,7 +173,7 @@ def test_an_agent_run_is_a_step_by_step_trace_with_hostile_text_inert(
     screenshot(page, "agents")
     page.get_by_role("link", name=apps["run"]["id"]).click()
     steps = page.locator("#run-trace > li")
-    assert steps.count() == 3
+    expect(steps).to_have_count(3)
     assert "model call: chat" in steps.nth(0).inner_text()
     tool = steps.nth(1).inner_text()
     assert "tool call: sql" in tool and "ms" in tool and "SELECT" in tool
@@ -184,7 +185,7 @@ def test_an_agent_run_is_a_step_by_step_trace_with_hostile_text_inert(
     assert fired == []
     screenshot(page, "agent-trace")
     page.get_by_role("link", name="helper").click()
-    assert page.get_by_role("heading", name="Agent helper", level=1).is_visible()
+    expect(page.get_by_role("heading", name="Agent helper", level=1)).to_be_visible()
 
 
 def test_knowledge_prompts_and_agents_pages_have_no_serious_accessibility_findings(

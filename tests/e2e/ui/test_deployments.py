@@ -9,6 +9,7 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
+from playwright.sync_api import expect
 
 pytestmark = pytest.mark.integration
 
@@ -54,7 +55,7 @@ def test_the_deployment_page_draws_latency_throughput_and_batches(
     assert int(row.locator("td").nth(4).inner_text().replace(",", "")) >= 5
     screenshot(page, "deployments")
     row.get_by_role("link", name="churn").click()
-    assert page.get_by_role("heading", name="Deployment churn", level=1).is_visible()
+    expect(page.get_by_role("heading", name="Deployment churn", level=1)).to_be_visible()
     for chart in ("latency-chart", "throughput-chart", "batch-chart"):
         assert chart_drawn(page, chart), chart
     p99 = page.evaluate(

@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
+from playwright.sync_api import expect
 
 from aifab.core import audit_events
 from aifab.jobs import get_job, submit
@@ -187,7 +188,7 @@ def test_the_list_shows_queues_a_timeline_and_filters(
     wait_state(failed, FINAL)
     page = sign_in("viewer")
     page.get_by_role("link", name="Jobs").click()
-    assert page.get_by_role("heading", name="Jobs", level=1).is_visible()
+    expect(page.get_by_role("heading", name="Jobs", level=1)).to_be_visible()
     queues = page.locator("table.queues")
     assert queues.locator("tr", has_text="default").count() == 1
     assert "live worker" in page.get_by_role("region", name="Queues").inner_text()

@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 import yaml
+from playwright.sync_api import expect
 
 pytestmark = pytest.mark.integration
 
@@ -50,7 +51,7 @@ def test_a_run_page_draws_each_metric_curve(
 ) -> None:
     page = sign_in("viewer")
     page.get_by_role("link", name="Runs").click()
-    assert page.get_by_role("heading", name="Runs", level=1).is_visible()
+    expect(page.get_by_role("heading", name="Runs", level=1)).to_be_visible()
     screenshot(page, "runs")
     page.goto(f"{dashboard.url}/ui/runs/{runs['first']}")
     assert page.get_by_role("heading", name="Metric curves").is_visible()

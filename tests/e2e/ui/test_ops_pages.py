@@ -9,6 +9,7 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
+from playwright.sync_api import expect
 
 pytestmark = pytest.mark.integration
 
@@ -50,7 +51,7 @@ def test_monitoring_draws_drift_per_feature_and_reference_beside_live(
     page = sign_in("viewer")
     page.get_by_role("link", name="Monitoring").click()
     row = page.locator("tr", has_text="churn-watch")
-    assert row.get_by_text("breach").is_visible()
+    expect(row.get_by_text("breach")).to_be_visible()
     screenshot(page, "monitoring")
     row.get_by_role("link", name="churn-watch").click()
     assert chart_drawn(page, "drift-1")
@@ -85,7 +86,7 @@ def test_a_developer_silences_an_alert_in_the_page_and_the_api_sees_it(
 ) -> None:
     viewer = sign_in("viewer")
     viewer.get_by_role("link", name="Alerts").click()
-    assert viewer.locator("#alerts-table tr", has_text="traffic_seen").count() == 1
+    expect(viewer.locator("#alerts-table tr", has_text="traffic_seen")).to_have_count(1)
     assert viewer.locator("#silence-form").count() == 0
     assert viewer.locator("form[action='/ui/alerts/silence']").count() == 0
 
@@ -112,6 +113,9 @@ def test_a_developer_silences_an_alert_in_the_page_and_the_api_sees_it(
 def test_the_silence_route_refuses_a_viewer(sign_in: Callable[..., Any], dashboard: Any) -> None:
     page = sign_in("viewer")
     page.get_by_role("link", name="Alerts").click()
+    # A click does not wait for the page it opens: reading the body at once
+    # raced the navigation (body was null on a loaded CI machine).
+    page.wait_for_url("**/ui/alerts")
     token = page.evaluate("document.body.dataset.csrf")
     reply = page.request.post(
         dashboard.url + "/ui/alerts/silence",
@@ -144,6 +148,7 @@ def test_the_audit_log_filters_and_verifies_its_chain(
     assert "Not verified" in page.locator("#chain-status").inner_text()
     page.get_by_label("Object starts with").fill("monitor:churn-watch")
     page.get_by_role("button", name="Filter").click()
+    page.wait_for_url("**/ui/audit?*object=monitor%3Achurn-watch*")
     rows = page.locator("#audit-events tbody tr")
     assert rows.count() >= 1
     assert set(page.locator("#audit-events tbody td:nth-child(5)").all_inner_texts()) == {
@@ -153,9 +158,9 @@ def test_the_audit_log_filters_and_verifies_its_chain(
     page.get_by_label("Object starts with").fill("")
     page.get_by_label("Action starts with").fill("no.such.action")
     page.get_by_role("button", name="Filter").click()
-    assert page.get_by_text("No event matches.").is_visible()
+    expect(page.get_by_text("No event matches.")).to_be_visible()
     page.get_by_role("link", name="Verify the chain now").click()
-    assert "intact" in page.locator("#chain-status").inner_text()
+    expect(page.locator("#chain-status")).to_contain_text("intact")
     screenshot(page, "audit")
 
 
