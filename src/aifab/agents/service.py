@@ -167,19 +167,21 @@ def _bounded(value: Any) -> Any:
     return {"truncated": True, "text": text[:_TRACE_CHARS]}
 
 
-def _save_step(run_id: str, step: Step) -> None:
+def _save_step(run_id: str, step: Step, shown: dict[str, Any] | None = None) -> None:
+    """Queue ``step``'s row; ``shown`` is its :func:`step_dict` when a stream already made it."""
     ts = time.time()
 
     def write(s: Session) -> None:
-        # Bounding (a JSON round trip) runs on the writer's thread, while the loop waits on I/O.
+        # Bounding (a JSON round trip) runs on the writer's thread, while the loop waits on I/O,
+        # unless a stream has bounded the step already.
         s.add(
             AgentStepRow(
                 run_id=run_id,
                 idx=step.index,
                 kind=step.kind,
                 name=step.name[:100],
-                input=_bounded(step.input),
-                output=_bounded(step.output),
+                input=_bounded(step.input) if shown is None else shown["input"],
+                output=_bounded(step.output) if shown is None else shown["output"],
                 error=step.error,
                 latency_ms=step.latency_ms,
                 tokens=step.tokens,
@@ -249,9 +251,12 @@ def run_agent(
         record_event(s, "agent.run", f"agent:{name}", {"run": run_id})
 
     def step_done(step: Step) -> None:
-        _save_step(run_id, step)
-        if on_step is not None:
-            on_step({"run_id": run_id, **step_dict(step)})
+        if on_step is None:
+            _save_step(run_id, step)
+            return
+        shown = step_dict(step)  # bounded once, for the stream and the trace alike
+        _save_step(run_id, step, shown)
+        on_step({"run_id": run_id, **shown})
 
     system = _instructions(spec, user_input)
     # Empty instructions send no system turn (a model tuned on the tools prompt alone sees

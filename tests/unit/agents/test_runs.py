@@ -330,3 +330,16 @@ def test_empty_final_answer_is_retried_then_a_fault(
     run = run_agent("mute", "say something")
     assert run["status"] == "failed" and run["answer"] in (None, "")
     assert "empty final answer" in run["reason"]
+
+
+def test_a_streamed_run_shows_the_steps_its_trace_stores(stand_in_llm: StandInLLM) -> None:
+    """A step over the trace's size bound is cut the same way in the stream and the DB."""
+    stand_in_llm.scripts["long-answer"] = lambda messages, tools: answer("x" * 70_000)
+    _agent(stand_in_llm, "long-answer")
+    streamed: list[dict[str, Any]] = []
+    run = run_agent("long-answer", "Say a lot.", on_step=streamed.append)
+    stored = get_trace(run["id"])["trace"]
+    assert len(streamed) == len(stored) == 1
+    assert streamed[0]["output"]["truncated"] is True
+    for shown, kept in zip(streamed, stored, strict=True):
+        assert (shown["input"], shown["output"]) == (kept["input"], kept["output"])
