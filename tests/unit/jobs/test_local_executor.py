@@ -170,7 +170,10 @@ def test_reap_kills_a_dead_workers_attempt_on_this_host_only(
     handle = owner.launch(make_launch("sleep 30 & sleep 30"))
     other = LocalExecutor()  # another worker, which only has the stored handle
     other.reap({**handle, "host": "some-other-host"})
-    time.sleep(0.1)
+    # The shell and its two sleeps; on a loaded machine the sleeps may start late.
+    deadline = time.monotonic() + 10
+    while len(group_members(pgids(handle))) < 3 and time.monotonic() < deadline:
+        time.sleep(0.05)
     assert len(group_members(pgids(handle))) == 3
     assert other.poll(handle) == AttemptStatus(True, [None], {})  # not its child
     other.reap(handle)
