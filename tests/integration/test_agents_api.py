@@ -14,6 +14,7 @@ from typing import Any
 
 import httpx
 import pytest
+from tests import live_http
 from tests.unit.agents.conftest import StandInLLM, answer, tool_call
 
 from aifab.inference.deployments import create_deployment
@@ -66,24 +67,26 @@ def test_roles_and_a_run_with_the_aifab_lm_through_the_gateway(env: dict[str, An
     # Sampled: the barely trained LM's greedy answer is spaces, and an empty answer fails a run.
     spec = {"name": "chatty", "model": {"model": "tiny", "max_tokens": 24, "temperature": 1.0}}
     url = f"{env['url']}/v1/agents"
-    assert httpx.post(url, json=spec, headers=_h(env, "client")).status_code == 403
-    r = httpx.post(url, json=spec, headers=_h(env, "developer"))
+    assert live_http.post(url, json=spec, headers=_h(env, "client")).status_code == 403
+    r = live_http.post(url, json=spec, headers=_h(env, "developer"))
     assert r.status_code == 201, r.text
-    bad = httpx.post(url, json={"name": "x", "model": {}}, headers=_h(env, "developer"))
+    bad = live_http.post(url, json={"name": "x", "model": {}}, headers=_h(env, "developer"))
     assert bad.status_code == 422 and "model.model" in bad.json()["error"]["message"]
     runs = f"{url}/chatty/runs"
-    assert httpx.post(runs, json={"input": "hi"}, headers=_h(env, "viewer")).status_code == 403
+    assert live_http.post(runs, json={"input": "hi"}, headers=_h(env, "viewer")).status_code == 403
     assert (
-        httpx.post(f"{url}/nope/runs", json={"input": "hi"}, headers=_h(env, "client")).status_code
+        live_http.post(
+            f"{url}/nope/runs", json={"input": "hi"}, headers=_h(env, "client")
+        ).status_code
         == 404
     )
-    r = httpx.post(runs, json={"input": "the cat sat"}, headers=_h(env, "client"), timeout=120)
+    r = live_http.post(runs, json={"input": "the cat sat"}, headers=_h(env, "client"), timeout=120)
     assert r.status_code == 200, r.text
     run = r.json()
     # One sample in ~80 is all spaces: that step is a fault and the model is asked once more.
     assert run["status"] == "completed" and run["steps"] in (1, 2) and run["tokens"] > 0
     assert run["actor"].startswith("key:") and run["answer"].strip()
-    trace = httpx.get(f"{url}/runs/{run['id']}", headers=_h(env, "viewer")).json()
+    trace = live_http.get(f"{url}/runs/{run['id']}", headers=_h(env, "viewer")).json()
     assert [step["kind"] for step in trace["trace"]] == ["model"] * run["steps"]
     assert trace["trace"][-1]["error"] is None
 
@@ -104,7 +107,9 @@ def test_predict_tool_streams_steps(env: dict[str, Any], stand_in: StandInLLM) -
         "tools": [{"use": "predict", "options": {"deployment": "churn"}}],
     }
     assert (
-        httpx.post(f"{env['url']}/v1/agents", json=spec, headers=_h(env, "developer")).status_code
+        live_http.post(
+            f"{env['url']}/v1/agents", json=spec, headers=_h(env, "developer")
+        ).status_code
         == 201
     )
     events = []
@@ -128,7 +133,7 @@ def test_predict_tool_streams_steps(env: dict[str, Any], stand_in: StandInLLM) -
         ("tool", "predict"),
         ("model", "chat"),
     ]
-    direct = httpx.post(
+    direct = live_http.post(
         f"{env['url']}/v1/predict/churn", json={"records": records}, headers=_h(env, "client")
     ).json()
     assert steps[1]["output"]["predictions"] == direct["predictions"]
@@ -163,7 +168,7 @@ def test_local_model_and_in_process_predict_need_no_server(
     )
     run = run_agent("here-predict", "will they churn?")
     tool = get_trace(run["id"])["trace"][1]
-    direct = httpx.post(
+    direct = live_http.post(
         f"{env['url']}/v1/predict/churn", json={"records": records}, headers=_h(env, "client")
     ).json()
     assert tool["error"] is None and tool["output"]["predictions"] == direct["predictions"]

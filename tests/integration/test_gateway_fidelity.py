@@ -11,9 +11,9 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-import httpx
 import openai
 import pytest
+from tests import live_http
 
 from aifab.serve.keys import create_key
 
@@ -64,13 +64,13 @@ def test_sdk_raises_bad_request_with_the_param(sdk: openai.OpenAI) -> None:
 
 
 def test_aifab_routes_keep_422(env: dict[str, Any]) -> None:
-    r = httpx.post(
+    r = live_http.post(
         f"{env['url']}/v1/keys",
         json={"role": 5},
         headers={"Authorization": f"Bearer {env['key']}"},
     )
     assert r.status_code in (403, 422), r.text  # a client key may not make keys: 403 first
-    r = httpx.post(
+    r = live_http.post(
         f"{env['url']}/v1/chat/completions",
         json={"model": "m"},
         headers={"Authorization": f"Bearer {env['key']}"},
@@ -88,26 +88,26 @@ def test_aifab_routes_keep_422(env: dict[str, Any]) -> None:
     ],
 )
 def test_absurd_rates_and_quotas_are_4xx(env: dict[str, Any], body: dict[str, Any]) -> None:
-    r = httpx.post(f"{env['url']}/v1/keys", json=body, headers=env["admin"], timeout=30)
+    r = live_http.post(f"{env['url']}/v1/keys", json=body, headers=env["admin"], timeout=30)
     assert r.status_code == 422, r.text
     error = r.json()["error"]
     assert ("token quota" in error["message"]) or ("rate" in error["message"]), error
 
 
 def test_three_per_minute_is_a_burst_of_three(env: dict[str, Any]) -> None:
-    r = httpx.post(
+    r = live_http.post(
         f"{env['url']}/v1/keys", json={"role": "viewer", "rate": "3/min"}, headers=env["admin"]
     )
     assert r.status_code == 201, r.text
     key = {"Authorization": f"Bearer {r.json()['key']}"}
     seen = []
     for _ in range(3):
-        ok = httpx.get(f"{env['url']}/v1/deployments", headers=key)
+        ok = live_http.get(f"{env['url']}/v1/deployments", headers=key)
         assert ok.status_code == 200, ok.text
         assert ok.headers["x-ratelimit-limit-requests"] == "3"
         seen.append(int(ok.headers["x-ratelimit-remaining-requests"]))
     assert seen == [2, 1, 0]
-    refused = httpx.get(f"{env['url']}/v1/deployments", headers=key)
+    refused = live_http.get(f"{env['url']}/v1/deployments", headers=key)
     assert refused.status_code == 429
     assert 1 <= int(refused.headers["Retry-After"]) <= 20  # one request every 20 s
 

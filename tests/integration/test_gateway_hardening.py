@@ -10,9 +10,9 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
+from tests import live_http
 
 from aifab.inference.deployments import create_deployment, list_deployments
 from aifab.serve.keys import create_key
@@ -98,7 +98,9 @@ def test_big_unauthenticated_body_is_refused_unread(env: dict[str, Any]) -> None
 def test_content_length_over_the_route_cap_is_413(env: dict[str, Any]) -> None:
     before = rss_bytes()
     assert raw_post(env["port"], "/v1/predict/churn", auth(env), 100 * _MIB) == 413
-    r = httpx.post(f"{env['url']}/v1/keys", content=b"{" * (128 * 1024), headers=auth(env, "admin"))
+    r = live_http.post(
+        f"{env['url']}/v1/keys", content=b"{" * (128 * 1024), headers=auth(env, "admin")
+    )
     assert r.status_code == 413
     assert "limit of 65536 bytes" in r.json()["error"]["message"]
     assert rss_bytes() - before < 50 * _MIB
@@ -115,13 +117,13 @@ def test_big_chunked_body_is_cut_at_the_cap(env: dict[str, Any]) -> None:
 
 def test_deeply_nested_json_to_predict_is_a_400(env: dict[str, Any]) -> None:
     body = b'{"records": ' + b"[" * 100_000 + b"]" * 100_000 + b"}"
-    r = httpx.post(f"{env['url']}/v1/predict/churn", content=body, headers=auth(env))
+    r = live_http.post(f"{env['url']}/v1/predict/churn", content=body, headers=auth(env))
     assert r.status_code == 400, r.text
     assert "nested too deeply" in r.json()["error"]["message"]
 
 
 def test_an_infinite_rate_is_refused_over_http(env: dict[str, Any]) -> None:
-    r = httpx.post(
+    r = live_http.post(
         f"{env['url']}/v1/keys",
         json={"role": "client", "rate": "1e308/s"},
         headers=auth(env, "admin"),
@@ -131,7 +133,7 @@ def test_an_infinite_rate_is_refused_over_http(env: dict[str, Any]) -> None:
 
 
 def _counts(env: dict[str, Any], family: str) -> dict[tuple[str, str, str], float]:
-    text = httpx.get(f"{env['url']}/metrics").text
+    text = live_http.get(f"{env['url']}/metrics").text
     fams = {f.name: f for f in text_string_to_metric_families(text)}
     counts: dict[tuple[str, str, str], float] = {}
     for s in fams[family].samples:  # the open view: summed over deployments already
@@ -144,12 +146,12 @@ def _counts(env: dict[str, Any], family: str) -> dict[tuple[str, str, str], floa
 def test_every_error_kind_reaches_the_metrics(env: dict[str, Any]) -> None:
     url = env["url"]
     before = _counts(env, "aifab_requests")
-    httpx.get(f"{url}/v1/keys")  # 401
-    httpx.get(f"{url}/v1/keys", headers=auth(env, "client"))  # 403
-    httpx.get(f"{url}/no/such/route")  # 404
+    live_http.get(f"{url}/v1/keys")  # 401
+    live_http.get(f"{url}/v1/keys", headers=auth(env, "client"))  # 403
+    live_http.get(f"{url}/no/such/route")  # 404
     bad_json = {**auth(env, "admin"), "Content-Type": "application/json"}
-    assert httpx.post(f"{url}/v1/keys", content=b"{nope", headers=bad_json).status_code == 400
-    assert httpx.post(f"{url}/v1/keys", json={}, headers=auth(env, "admin")).status_code == 422
+    assert live_http.post(f"{url}/v1/keys", content=b"{nope", headers=bad_json).status_code == 400
+    assert live_http.post(f"{url}/v1/keys", json={}, headers=auth(env, "admin")).status_code == 422
     after = _counts(env, "aifab_requests")
     errors = _counts(env, "aifab_errors")
     for label in (
@@ -161,7 +163,7 @@ def test_every_error_kind_reaches_the_metrics(env: dict[str, Any]) -> None:
     ):
         assert after.get(label, 0) - before.get(label, 0) == 1, label
         assert errors.get(label, 0) >= 1, label
-    text = httpx.get(f"{url}/metrics").text
+    text = live_http.get(f"{url}/metrics").text
     assert "_created" not in text
     assert "process_resident_memory_bytes" in text
     assert "aifab_requests_in_flight" in text
@@ -169,14 +171,16 @@ def test_every_error_kind_reaches_the_metrics(env: dict[str, Any]) -> None:
 
 
 def test_success_carries_rate_limit_headers(env: dict[str, Any]) -> None:
-    r = httpx.post(f"{env['url']}/v1/predict/churn", json=env["one"], headers=auth(env, "metered"))
+    r = live_http.post(
+        f"{env['url']}/v1/predict/churn", json=env["one"], headers=auth(env, "metered")
+    )
     assert r.status_code == 200, r.text
     assert r.headers["x-ratelimit-limit-requests"] == "600"
     assert 0 <= int(r.headers["x-ratelimit-remaining-requests"]) <= 600  # a minute's burst
     assert r.headers["x-ratelimit-reset-requests"].endswith("s")
     assert r.headers["x-ratelimit-limit-tokens"] == "1000"
     assert int(r.headers["x-ratelimit-remaining-tokens"]) <= 1000
-    denied = httpx.get(f"{env['url']}/v1/keys", headers=auth(env, "metered"))
+    denied = live_http.get(f"{env['url']}/v1/keys", headers=auth(env, "metered"))
     assert "x-ratelimit-limit-requests" not in denied.headers
 
 
@@ -199,24 +203,26 @@ def test_client_keys_push_only_to_granted_datasets(env: dict[str, Any]) -> None:
     granted = {"Authorization": f"Bearer {secret}"}
     body = {"records": [{"device": "d1", "temp": 20.5}]}
     url = env["url"]
-    r = httpx.post(f"{url}/v1/datasets/sensors_hall/records", json=body, headers=granted)
+    r = live_http.post(f"{url}/v1/datasets/sensors_hall/records", json=body, headers=granted)
     assert r.status_code == 200, r.text
-    r = httpx.post(f"{url}/v1/datasets/payroll/records", json=body, headers=granted)
+    r = live_http.post(f"{url}/v1/datasets/payroll/records", json=body, headers=granted)
     assert r.status_code == 403
     assert "may not push to dataset 'payroll'" in r.json()["error"]["message"]
     # A client key without grants pushes nowhere; a developer key anywhere.
-    r = httpx.post(f"{url}/v1/datasets/sensors_hall/records", json=body, headers=auth(env))
+    r = live_http.post(f"{url}/v1/datasets/sensors_hall/records", json=body, headers=auth(env))
     assert r.status_code == 403
-    r = httpx.post(f"{url}/v1/datasets/payroll/records", json=body, headers=auth(env, "developer"))
+    r = live_http.post(
+        f"{url}/v1/datasets/payroll/records", json=body, headers=auth(env, "developer")
+    )
     assert r.status_code == 200, r.text
     # Grants over HTTP, listed with the key.
-    r = httpx.post(
+    r = live_http.post(
         f"{url}/v1/keys",
         json={"role": "client", "datasets": ["events", "iot*"]},
         headers=auth(env, "admin"),
     )
     assert r.status_code == 201 and r.json()["datasets"] == ["events", "iot*"]
-    r = httpx.post(
+    r = live_http.post(
         f"{url}/v1/keys", json={"role": "client", "datasets": "x\n"}, headers=auth(env, "admin")
     )
     assert r.status_code == 422
@@ -226,7 +232,9 @@ def test_deploy_loads_directories_under_the_model_roots_only(env: dict[str, Any]
     url = f"{env['url']}/v1/deployments"
     answers = {}
     for source in ("/etc", "/no/such/dir", "~", "../../../../tmp"):
-        r = httpx.post(url, json={"model": source, "name": "probe"}, headers=auth(env, "developer"))
+        r = live_http.post(
+            url, json={"model": source, "name": "probe"}, headers=auth(env, "developer")
+        )
         assert r.status_code == 422, r.text
         answers[source] = r.json()["error"]["message"].replace(repr(source), "SOURCE")
     assert len(set(answers.values())) == 1, answers  # existing or not: the same answer
@@ -237,7 +245,7 @@ def test_deploy_loads_directories_under_the_model_roots_only(env: dict[str, Any]
 
 def test_a_push_wider_than_the_column_cap_is_refused_at_once(env: dict[str, Any]) -> None:
     wide = {"records": [{f"c{i}": i for i in range(20_000)}]}
-    r = httpx.post(
+    r = live_http.post(
         f"{env['url']}/v1/datasets/wide/records",
         json=wide,
         headers=auth(env, "developer"),
@@ -247,7 +255,7 @@ def test_a_push_wider_than_the_column_cap_is_refused_at_once(env: dict[str, Any]
     message = r.json()["error"]["message"]
     assert "20000 columns" in message and "AIFAB_MAX_COLUMNS" in message
     ok = {"records": [{f"c{i}": i for i in range(20)}], "flush": True}
-    r = httpx.post(
+    r = live_http.post(
         f"{env['url']}/v1/datasets/narrow/records", json=ok, headers=auth(env, "developer")
     )
     assert r.status_code == 200 and r.json()["version"] == "narrow@1", r.text

@@ -7,8 +7,8 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
+from tests import live_http
 
 from aifab.inference.deployments import create_deployment, list_deployments
 from aifab.ops import set_budget
@@ -43,7 +43,7 @@ def env(
 
 def test_explain_a_deployed_prediction(env: dict[str, Any]) -> None:
     records = env["records"][:2]
-    r = httpx.post(
+    r = live_http.post(
         f"{env['url']}/v1/explain/churn",
         json={"records": records, "top": 3},
         headers=env["keys"]["search"],
@@ -53,7 +53,7 @@ def test_explain_a_deployed_prediction(env: dict[str, Any]) -> None:
     body = r.json()
     assert body["deployment"] == "churn" and body["model"] == "churn@1"
     assert [len(e["contributions"]) for e in body["explanations"]] == [3, 3]
-    predicted = httpx.post(
+    predicted = live_http.post(
         f"{env['url']}/v1/predict/churn", json={"records": records}, headers=env["keys"]["search"]
     ).json()["predictions"]
     assert [e["label"] for e in body["explanations"]] == [p["label"] for p in predicted]
@@ -71,18 +71,18 @@ def test_explain_a_deployed_prediction(env: dict[str, Any]) -> None:
 def test_explain_bad_bodies_are_4xx(
     env: dict[str, Any], body: dict[str, Any], status: int, needle: str
 ) -> None:
-    r = httpx.post(f"{env['url']}/v1/explain/churn", json=body, headers=env["keys"]["search"])
+    r = live_http.post(f"{env['url']}/v1/explain/churn", json=body, headers=env["keys"]["search"])
     assert r.status_code == status, r.text
     assert needle in r.json()["error"]["message"]
 
 
 def test_explain_needs_an_invoking_key_and_a_known_deployment(env: dict[str, Any]) -> None:
     body = {"records": env["records"][:1]}
-    r = httpx.post(f"{env['url']}/v1/explain/churn", json=body, headers=env["keys"]["viewer"])
+    r = live_http.post(f"{env['url']}/v1/explain/churn", json=body, headers=env["keys"]["viewer"])
     assert r.status_code == 403
-    r = httpx.post(f"{env['url']}/v1/explain/nope", json=body, headers=env["keys"]["search"])
+    r = live_http.post(f"{env['url']}/v1/explain/nope", json=body, headers=env["keys"]["search"])
     assert r.status_code == 404
-    r = httpx.post(
+    r = live_http.post(
         f"{env['url']}/v1/explain/churn", content=b"{" * 5000, headers=env["keys"]["search"]
     )
     assert r.status_code == 400
@@ -92,25 +92,27 @@ def test_traffic_is_costed_and_a_spent_budget_answers_429(env: dict[str, Any]) -
     url, keys = env["url"], env["keys"]
     body = {"records": env["records"][:1]}
     for _ in range(3):
-        assert httpx.post(f"{url}/v1/predict/churn", json=body, headers=keys["growth"]).is_success
+        assert live_http.post(
+            f"{url}/v1/predict/churn", json=body, headers=keys["growth"]
+        ).is_success
     time.sleep(1.0)  # the request log writes in the background
-    r = httpx.get(f"{url}/v1/cost", params={"by": "team"}, headers=keys["viewer"])
+    r = live_http.get(f"{url}/v1/cost", params={"by": "team"}, headers=keys["viewer"])
     assert r.status_code == 200, r.text
     by_team = {row["team"]: row for row in r.json()["rows"]}
     assert by_team["growth"]["requests"] >= 3 and by_team["growth"]["cost"] > 0
-    r = httpx.get(f"{url}/v1/cost", params={"by": "galaxy"}, headers=keys["viewer"])
+    r = live_http.get(f"{url}/v1/cost", params={"by": "galaxy"}, headers=keys["viewer"])
     assert r.status_code == 422 and "by 'galaxy'" in r.json()["error"]["message"]
 
     set_budget("growth", 1e-12, period="day")
     deadline = time.monotonic() + 30
     while True:  # the gateway re-reads budgets every few seconds
-        r = httpx.post(f"{url}/v1/predict/churn", json=body, headers=keys["growth"])
+        r = live_http.post(f"{url}/v1/predict/churn", json=body, headers=keys["growth"])
         if r.status_code == 429 or time.monotonic() > deadline:
             break
         time.sleep(0.2)
     assert r.status_code == 429, r.text
     assert r.json()["error"]["code"] == "budget_exceeded"
     assert "team 'growth'" in r.json()["error"]["message"]
-    assert httpx.post(f"{url}/v1/predict/churn", json=body, headers=keys["search"]).is_success
-    r = httpx.get(f"{url}/v1/budgets", headers=keys["viewer"])
+    assert live_http.post(f"{url}/v1/predict/churn", json=body, headers=keys["search"]).is_success
+    r = live_http.get(f"{url}/v1/budgets", headers=keys["viewer"])
     assert [(b["team"], b["state"]) for b in r.json()] == [("growth", "over")]

@@ -16,6 +16,7 @@ from typing import Any
 import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
+from tests import live_http
 
 from aifab.inference.deployments import create_deployment
 from aifab.ops.export_rules import label_mismatches
@@ -43,19 +44,21 @@ def env(module_workspace: Path, live_server: Callable[..., Any]) -> Iterator[dic
     server = live_server(reconcile_interval_s=0.2)
     url = server.url
     client = {"Authorization": f"Bearer {keys['client'][1]}"}
-    ok = httpx.post(
+    ok = live_http.post(
         f"{url}/v1/embeddings", json={"model": "minilm", "input": "hi"}, headers=client, timeout=60
     )
     assert ok.status_code == 200, ok.text
-    bad = httpx.post(f"{url}/v1/embeddings", json={"model": "minilm", "input": []}, headers=client)
+    bad = live_http.post(
+        f"{url}/v1/embeddings", json={"model": "minilm", "input": []}, headers=client
+    )
     assert bad.status_code == 400, bad.text
-    httpx.get(f"{url}/v1/keys")  # a 401: no deployment reached
+    live_http.get(f"{url}/v1/keys")  # a 401: no deployment reached
     yield {"url": url, "keys": keys}
     mp.undo()
 
 
 def _scrape(env: dict[str, Any], headers: dict[str, str] | None = None) -> httpx.Response:
-    return httpx.get(f"{env['url']}/metrics", headers=headers or {}, timeout=30)
+    return live_http.get(f"{env['url']}/metrics", headers=headers or {}, timeout=30)
 
 
 def _labels_of(text: str) -> dict[str, set[str]]:

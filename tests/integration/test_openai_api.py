@@ -19,6 +19,7 @@ import openai
 import pytest
 import schemathesis
 from hypothesis import HealthCheck, settings
+from tests import live_http
 
 from aifab.inference.deployments import create_deployment
 from aifab.inference.generation import GenerationParams
@@ -202,7 +203,7 @@ def test_embeddings_match_in_process(client: openai.OpenAI, embedder: Any) -> No
 def test_embeddings_base64_raw(env: dict[str, Any]) -> None:
     headers = {"Authorization": f"Bearer {env['keys']['client']}"}
     body = {"model": "minilm", "input": "hello", "encoding_format": "base64"}
-    r = httpx.post(f"{env['url']}/v1/embeddings", json=body, headers=headers)
+    r = live_http.post(f"{env['url']}/v1/embeddings", json=body, headers=headers)
     assert r.status_code == 200
     vec = np.frombuffer(base64.b64decode(r.json()["data"][0]["embedding"]), dtype="<f4")
     assert vec.shape == (384,) and abs(float(np.linalg.norm(vec)) - 1.0) < 1e-4
@@ -253,7 +254,7 @@ def test_errors_through_the_sdk(env: dict[str, Any], client: openai.OpenAI) -> N
 def test_unsupported_fields_are_400(env: dict[str, Any], field: str, value: Any) -> None:
     headers = {"Authorization": f"Bearer {env['keys']['client']}"}
     body = {"model": "tiny", "messages": CHAT, field: value}
-    r = httpx.post(f"{env['url']}/v1/chat/completions", json=body, headers=headers)
+    r = live_http.post(f"{env['url']}/v1/chat/completions", json=body, headers=headers)
     assert r.status_code == 400, r.text
     assert r.json()["error"]["param"] == field
 
@@ -276,7 +277,7 @@ def test_neutral_openai_fields_are_accepted(client: openai.OpenAI) -> None:
 
 def test_malformed_json_is_400(env: dict[str, Any]) -> None:
     headers = {"Authorization": f"Bearer {env['keys']['client']}"}
-    r = httpx.post(
+    r = live_http.post(
         f"{env['url']}/v1/completions",
         content=b'{"model": "tiny", "prompt": ',
         headers={**headers, "Content-Type": "application/json"},
@@ -372,11 +373,11 @@ def test_oversized_texts_are_refused_before_tokenizing(env: dict[str, Any]) -> N
             {"model": "tiny", "messages": [{"role": "user", "content": huge}]},
         ),
     ]:
-        r = httpx.post(f"{env['url']}{route}", json=body, headers=headers, timeout=60)
+        r = live_http.post(f"{env['url']}{route}", json=body, headers=headers, timeout=60)
         assert r.status_code == 400, (route, r.text)
         assert f"limit of {MAX_ITEM_CHARS} characters per text" in r.json()["error"]["message"]
     many = ["x" * MAX_ITEM_CHARS] * (MAX_REQUEST_CHARS // MAX_ITEM_CHARS + 1)
-    r = httpx.post(
+    r = live_http.post(
         f"{env['url']}/v1/embeddings",
         json={"model": "minilm", "input": many},
         headers=headers,
@@ -422,7 +423,7 @@ def test_streamed_tokens_reach_metrics_and_log(env: dict[str, Any], client: open
 
     def completion_tokens() -> float:
         viewer = {"Authorization": f"Bearer {env['keys']['viewer']}"}
-        text = httpx.get(f"{env['url']}/metrics", headers=viewer).text
+        text = live_http.get(f"{env['url']}/metrics", headers=viewer).text
         return sum(
             s.value
             for fam in text_string_to_metric_families(text)
@@ -478,9 +479,9 @@ def test_edge_values_are_4xx_or_greedy(env: dict[str, Any], client: openai.OpenA
     url = f"{env['url']}/v1/completions"
     for field, value in [("seed", 2**70), ("max_tokens", 0), ("temperature", 3), ("top_p", 0)]:
         body = {"model": "tiny", "prompt": PROMPT, field: value}
-        r = httpx.post(url, json=body, headers=headers)
+        r = live_http.post(url, json=body, headers=headers)
         assert r.status_code == 400 and r.json()["error"]["param"] == field, r.text
-    huge = httpx.post(
+    huge = live_http.post(
         url, json={"model": "tiny", "prompt": PROMPT, "max_tokens": 10**9}, headers=headers
     )
     assert huge.status_code == 400 and huge.json()["error"]["code"] == "context_length_exceeded"

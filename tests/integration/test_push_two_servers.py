@@ -9,8 +9,8 @@ import os
 import sys
 from pathlib import Path
 
-import httpx
 import pytest
+from tests import live_http
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from serve_proc import aifab_serve  # noqa: E402
@@ -35,12 +35,12 @@ def test_records_pushed_to_two_servers_are_pending_on_both_and_sealed_once(
         aifab_serve(envs[1], Path(envs[1]["AIFAB_HOME"]), "--no-worker") as b,
     ):
         route = "/v1/datasets/sensor_events/records"
-        r = httpx.post(a + route, json={"records": [{"dev": "a", "t": 1}]}, headers=headers)
+        r = live_http.post(a + route, json={"records": [{"dev": "a", "t": 1}]}, headers=headers)
         assert r.status_code == 200 and r.json()["pending_rows"] == 1, r.text
-        r = httpx.post(b + route, json={"records": [{"dev": "b", "t": 2}]}, headers=headers)
+        r = live_http.post(b + route, json={"records": [{"dev": "b", "t": 2}]}, headers=headers)
         assert r.status_code == 200 and r.json()["pending_rows"] == 2, r.text
         last = {"records": [{"dev": "c", "t": 3}], "flush": True}
-        r = httpx.post(a + route, json=last, headers=headers)
+        r = live_http.post(a + route, json=last, headers=headers)
         assert r.status_code == 200 and r.json()["version"] == "sensor_events@1", r.text
     rows = query("SELECT dev FROM sensor_events ORDER BY t").to_pylist()
     assert rows == [{"dev": "a"}, {"dev": "b"}, {"dev": "c"}]

@@ -18,6 +18,7 @@ import httpx
 import numpy as np
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
+from tests import live_http
 
 from aifab.inference.deployments import create_deployment, list_deployments
 from aifab.serve.keys import create_key
@@ -172,7 +173,7 @@ def test_predictions_equal_handler_and_training_path(env: dict[str, Any]) -> Non
     loaded = load_served_model("churn@1")
     handler = loaded.handler
     rows, ref = _raw_rows(handler)
-    r = httpx.post(
+    r = live_http.post(
         f"{env['url']}/v1/predict/churn", json={"records": rows}, headers=auth(env), timeout=60
     )
     assert r.status_code == 200, r.text
@@ -194,7 +195,7 @@ def test_predictions_equal_handler_and_training_path(env: dict[str, Any]) -> Non
 
     # rows (values in input-column order) answer the same as records
     as_rows = [[r[c] for c in handler.input_columns] for r in rows[:20]]
-    r2 = httpx.post(f"{env['url']}/v1/predict/churn", json={"rows": as_rows}, headers=auth(env))
+    r2 = live_http.post(f"{env['url']}/v1/predict/churn", json={"rows": as_rows}, headers=auth(env))
     assert r2.status_code == 200, r2.text
     assert r2.json()["predictions"] == served[:20]
 
@@ -202,20 +203,20 @@ def test_predictions_equal_handler_and_training_path(env: dict[str, Any]) -> Non
 def test_auth_errors(env: dict[str, Any]) -> None:
     url = f"{env['url']}/v1/predict/churn"
     rows = {"records": []}
-    r = httpx.post(url, json=rows)
+    r = live_http.post(url, json=rows)
     assert r.status_code == 401
     assert r.headers["www-authenticate"].lower().startswith("bearer")
     assert r.json()["error"]["type"] == "authentication_error"
-    r = httpx.post(url, json=rows, headers={"Authorization": "Bearer aifab-not-a-key"})
+    r = live_http.post(url, json=rows, headers={"Authorization": "Bearer aifab-not-a-key"})
     assert r.status_code == 401
-    r = httpx.post(url, json=rows, headers=auth(env, "viewer"))
+    r = live_http.post(url, json=rows, headers=auth(env, "viewer"))
     assert r.status_code == 403
     msg = r.json()["error"]["message"]
     assert "viewer" in msg and "invoke" in msg
-    r = httpx.get(f"{env['url']}/v1/keys", headers=auth(env, "developer"))
+    r = live_http.get(f"{env['url']}/v1/keys", headers=auth(env, "developer"))
     assert r.status_code == 403
     # X-API-Key works too, and viewers may read
-    r = httpx.get(
+    r = live_http.get(
         f"{env['url']}/v1/deployments", headers={"X-API-Key": env["keys"]["viewer"]["secret"]}
     )
     assert r.status_code == 200
@@ -225,8 +226,8 @@ def test_rate_limit_answers_429_with_retry_after(env: dict[str, Any]) -> None:
     url = f"{env['url']}/v1/predict/churn"
     one = {"records": _raw_rows(_handler())[0][:1]}
     headers = auth(env, "limited")
-    assert httpx.post(url, json=one, headers=headers).status_code == 200
-    r = httpx.post(url, json=one, headers=headers)
+    assert live_http.post(url, json=one, headers=headers).status_code == 200
+    r = live_http.post(url, json=one, headers=headers)
     assert r.status_code == 429
     assert int(r.headers["retry-after"]) >= 1
     assert r.json()["error"]["type"] == "rate_limit_error"
@@ -249,29 +250,31 @@ def test_bad_input_is_4xx_naming_the_problem(env: dict[str, Any]) -> None:
     rows = _raw_rows(_handler())[0]
     good = rows[0]
     missing = {k: v for k, v in good.items() if k != "income"}
-    r = httpx.post(url, json={"records": [good, missing]}, headers=h)
+    r = live_http.post(url, json={"records": [good, missing]}, headers=h)
     assert r.status_code == 422, r.text
     assert "income" in r.json()["error"]["message"]
 
     extra = {**good, "shoe_size": 42}
-    r = httpx.post(url, json={"records": [extra]}, headers=h)
+    r = live_http.post(url, json={"records": [extra]}, headers=h)
     assert r.status_code == 422 and "shoe_size" in r.json()["error"]["message"]
 
     wrong = {**good, "age": "lots"}
-    r = httpx.post(url, json={"records": [wrong]}, headers=h)
+    r = live_http.post(url, json={"records": [wrong]}, headers=h)
     assert r.status_code == 422 and "age" in r.json()["error"]["message"]
 
-    r = httpx.post(url, content=b'{"records": [', headers={**h, "content-type": "application/json"})
+    r = live_http.post(
+        url, content=b'{"records": [', headers={**h, "content-type": "application/json"}
+    )
     assert r.status_code == 400 and "JSON" in r.json()["error"]["message"]
 
-    r = httpx.post(url, json=[1, 2, 3], headers=h)
+    r = live_http.post(url, json=[1, 2, 3], headers=h)
     assert r.status_code == 422
 
-    r = httpx.post(url, json={"records": [good] * 1001}, headers=h, timeout=30)
+    r = live_http.post(url, json={"records": [good] * 1001}, headers=h, timeout=30)
     assert r.status_code in (413, 422), r.text
     assert "1000" in r.json()["error"]["message"]
 
-    r = httpx.post(f"{env['url']}/v1/predict/nope", json={"records": [good]}, headers=h)
+    r = live_http.post(f"{env['url']}/v1/predict/nope", json={"records": [good]}, headers=h)
     assert r.status_code == 404 and "nope" in r.json()["error"]["message"]
 
     for resp in (r,):
@@ -290,7 +293,7 @@ def _models_answering(env: dict[str, Any], n: int, headers: dict[str, str]) -> l
 
 
 def _deployment(env: dict[str, Any], name: str) -> dict[str, Any]:
-    r = httpx.get(f"{env['url']}/v1/deployments/{name}", headers=auth(env, "viewer"))
+    r = live_http.get(f"{env['url']}/v1/deployments/{name}", headers=auth(env, "viewer"))
     assert r.status_code == 200, r.text
     return r.json()
 
@@ -313,7 +316,7 @@ def test_canary_split_sticky_promote_and_rollback(env: dict[str, Any]) -> None:
         assert len(set(_models_answering(env, 8, {"X-User": user}))) == 1
 
     dev = auth(env, "developer")
-    r = httpx.post(f"{env['url']}/v1/deployments/churn-canary/promote", headers=dev)
+    r = live_http.post(f"{env['url']}/v1/deployments/churn-canary/promote", headers=dev)
     assert r.status_code == 200, r.text
     assert r.json()["model"] == v2 and r.json()["canary"] is None
     _wait_serving(env, "churn-canary", v2, None)
@@ -328,7 +331,7 @@ def test_canary_split_sticky_promote_and_rollback(env: dict[str, Any]) -> None:
     _wait_serving(env, "churn-canary", v2, "churn@1")
     assert set(_models_answering(env, 10, {})) == {"churn@1"}
 
-    r = httpx.post(f"{env['url']}/v1/deployments/churn-canary/rollback", headers=dev)
+    r = live_http.post(f"{env['url']}/v1/deployments/churn-canary/rollback", headers=dev)
     assert r.status_code == 200, r.text
     _wait_serving(env, "churn-canary", v2, None)
     assert set(_models_answering(env, 10, {})) == {v2}
@@ -341,7 +344,7 @@ def test_alias_move_is_noticed(env: dict[str, Any]) -> None:
     set_alias("churn", "staging", env["v2"])
     _wait_serving(env, "churn-alias", f"churn@{env['v2']}", None)
     one = {"records": _raw_rows(_handler())[0][:1]}
-    r = httpx.post(f"{env['url']}/v1/predict/churn-alias", json=one, headers=auth(env))
+    r = live_http.post(f"{env['url']}/v1/predict/churn-alias", json=one, headers=auth(env))
     assert r.json()["model"] == f"churn@{env['v2']}"
 
 
@@ -351,18 +354,18 @@ def test_corrupt_model_fails_while_others_serve(env: dict[str, Any]) -> None:
     assert d["status_reason"]
     assert d["server"]["status"] == "failed"
     one = {"records": _raw_rows(_handler())[0][:1]}
-    r = httpx.post(f"{env['url']}/v1/predict/broken", json=one, headers=auth(env))
+    r = live_http.post(f"{env['url']}/v1/predict/broken", json=one, headers=auth(env))
     assert r.status_code == 503
     assert "failed to load" in r.json()["error"]["message"]
-    r = httpx.post(f"{env['url']}/v1/predict/churn", json=one, headers=auth(env))
+    r = live_http.post(f"{env['url']}/v1/predict/churn", json=one, headers=auth(env))
     assert r.status_code == 200
-    assert httpx.get(f"{env['url']}/readyz").status_code == 200
-    listed = httpx.get(f"{env['url']}/v1/deployments", headers=auth(env, "viewer")).json()
+    assert live_http.get(f"{env['url']}/readyz").status_code == 200
+    listed = live_http.get(f"{env['url']}/v1/deployments", headers=auth(env, "viewer")).json()
     assert {x["name"]: x["status"] for x in listed}["churn"] == "ready"
 
 
 def _families(env: dict[str, Any]) -> dict[str, Any]:
-    r = httpx.get(f"{env['url']}/metrics", headers=auth(env, "viewer"))  # every series
+    r = live_http.get(f"{env['url']}/metrics", headers=auth(env, "viewer"))  # every series
     assert r.status_code == 200
     return {f.name: f for f in text_string_to_metric_families(r.text)}
 
@@ -402,8 +405,8 @@ def max_batch(samples: list[Any]) -> float:
 def test_metrics_are_prometheus_text(env: dict[str, Any]) -> None:
     one = {"records": _raw_rows(_handler())[0][:1]}
     for _ in range(3):
-        httpx.post(f"{env['url']}/v1/predict/churn", json=one, headers=auth(env))
-    httpx.post(f"{env['url']}/v1/predict/churn", json={"records": [{}]}, headers=auth(env))
+        live_http.post(f"{env['url']}/v1/predict/churn", json=one, headers=auth(env))
+    live_http.post(f"{env['url']}/v1/predict/churn", json={"records": [{}]}, headers=auth(env))
     fam = _families(env)
     client = env["keys"]["client"]["id"]
     reqs = [
@@ -452,12 +455,12 @@ def test_records_route_appends_to_a_dataset(
     monkeypatch.setattr(data_route, "SEAL_WAIT_S", seal_wait_s)
     records = [{"device": f"d{i}", "temp": 20.0 + i} for i in range(5)]
     url = f"{env['url']}/v1/datasets/{dataset}/records"
-    r = httpx.post(url, json={"records": records}, headers=auth(env, "viewer"))
+    r = live_http.post(url, json={"records": records}, headers=auth(env, "viewer"))
     assert r.status_code == 403
-    r = httpx.post(url, json={"records": records}, headers=auth(env, "client"))
+    r = live_http.post(url, json={"records": records}, headers=auth(env, "client"))
     assert r.status_code == 200, r.text
     assert r.json()["accepted"] == 5
-    r = httpx.post(url, json={"records": records[:2], "flush": True}, headers=auth(env))
+    r = live_http.post(url, json={"records": records[:2], "flush": True}, headers=auth(env))
     # A seal slower than the route's wait (also seen on a loaded CI machine with the default
     # wait) answers 202 and goes on in the server's sealer process.
     assert r.status_code in ({202} if seal_wait_s == 0 else {200, 202}), r.text
@@ -468,15 +471,15 @@ def test_records_route_appends_to_a_dataset(
         assert time.monotonic() < deadline, "the background seal never landed"
         time.sleep(0.2)
     assert resolve(dataset).num_rows == 7
-    r = httpx.post(url, json={"rows": records}, headers=auth(env))
+    r = live_http.post(url, json={"rows": records}, headers=auth(env))
     assert r.status_code == 422
 
 
 def test_request_log_lists_sampled_requests(env: dict[str, Any]) -> None:
     one = _raw_rows(_handler())[0][:2]
-    r = httpx.post(f"{env['url']}/v1/predict/churn", json={"records": one}, headers=auth(env))
+    r = live_http.post(f"{env['url']}/v1/predict/churn", json={"records": one}, headers=auth(env))
     assert r.status_code == 200
-    r = httpx.get(
+    r = live_http.get(
         f"{env['url']}/v1/requests",
         params={"deployment": "churn", "limit": 5},
         headers=auth(env, "viewer"),
@@ -489,55 +492,55 @@ def test_request_log_lists_sampled_requests(env: dict[str, Any]) -> None:
     assert newest["input"]["records"] == one
     assert [p["label"] for p in newest["output"]["predictions"]]
     assert newest["latency_ms"] > 0
-    r = httpx.get(f"{env['url']}/v1/requests", headers=auth(env, "client"))
+    r = live_http.get(f"{env['url']}/v1/requests", headers=auth(env, "client"))
     assert r.status_code == 403
 
 
 def test_key_and_deployment_routes(env: dict[str, Any]) -> None:
     admin = auth(env, "admin")
-    r = httpx.post(
+    r = live_http.post(
         f"{env['url']}/v1/keys", json={"role": "client", "name": "made-over-http"}, headers=admin
     )
     assert r.status_code == 201, r.text
     key = r.json()
     assert key["key"].startswith("aifab-") and key["role"] == "client"
-    listed = httpx.get(f"{env['url']}/v1/keys", headers=admin).json()
+    listed = live_http.get(f"{env['url']}/v1/keys", headers=admin).json()
     assert key["id"] in {k["id"] for k in listed}
     assert all("hash" not in k and "key" not in k for k in listed)
 
     dev = auth(env, "developer")
-    r = httpx.post(
+    r = live_http.post(
         f"{env['url']}/v1/deployments",
         json={"model": "churn@1", "name": "churn-http", "max_batch_size": 4},
         headers=dev,
     )
     assert r.status_code == 201, r.text
-    r = httpx.post(
+    r = live_http.post(
         f"{env['url']}/v1/deployments", json={"model": "churn@1", "name": "churn-http"}, headers=dev
     )
     assert r.status_code == 409
-    r = httpx.post(f"{env['url']}/v1/deployments", json={"model": "nosuch@1"}, headers=dev)
+    r = live_http.post(f"{env['url']}/v1/deployments", json={"model": "nosuch@1"}, headers=dev)
     assert r.status_code == 404
-    r = httpx.post(
+    r = live_http.post(
         f"{env['url']}/v1/deployments", json={"model": "churn@1", "colour": "red"}, headers=dev
     )
     assert r.status_code == 422 and "colour" in r.json()["error"]["message"]
     _wait_serving(env, "churn-http", "churn@1", None)
     one = {"records": _raw_rows(_handler())[0][:1]}
     secret = {"Authorization": f"Bearer {key['key']}"}
-    r = httpx.post(f"{env['url']}/v1/predict/churn-http", json=one, headers=secret)
+    r = live_http.post(f"{env['url']}/v1/predict/churn-http", json=one, headers=secret)
     assert r.status_code == 200, r.text
 
-    r = httpx.delete(f"{env['url']}/v1/keys/{key['id']}", headers=admin)
+    r = live_http.delete(f"{env['url']}/v1/keys/{key['id']}", headers=admin)
     assert r.status_code == 200
-    r = httpx.post(f"{env['url']}/v1/predict/churn-http", json=one, headers=secret)
+    r = live_http.post(f"{env['url']}/v1/predict/churn-http", json=one, headers=secret)
     assert r.status_code == 401
 
-    r = httpx.delete(f"{env['url']}/v1/deployments/churn-http", headers=dev)
+    r = live_http.delete(f"{env['url']}/v1/deployments/churn-http", headers=dev)
     assert r.status_code == 200
     wait_for(
         lambda: (
-            httpx.post(
+            live_http.post(
                 f"{env['url']}/v1/predict/churn-http", json=one, headers=auth(env)
             ).status_code
             == 404
@@ -553,10 +556,10 @@ def test_restart_brings_deployments_back(
     second = live_server(reconcile_interval_s=0.5)
     try:
         one = {"records": _raw_rows(_handler())[0][:1]}
-        r = httpx.post(f"{second.url}/v1/predict/churn", json=one, headers=auth(env))
+        r = live_http.post(f"{second.url}/v1/predict/churn", json=one, headers=auth(env))
         assert r.status_code == 200, r.text
         assert r.json()["model"] == "churn@1"
-        r = httpx.get(f"{second.url}/v1/deployments/broken", headers=auth(env, "viewer"))
+        r = live_http.get(f"{second.url}/v1/deployments/broken", headers=auth(env, "viewer"))
         assert r.json()["server"]["status"] == "failed"
     finally:
         second.stop()
@@ -580,15 +583,17 @@ def test_aifab_serve_command(tmp_path: Path) -> None:
 
         def up() -> bool:
             try:
-                return httpx.get(f"http://127.0.0.1:{port}/readyz", timeout=1).status_code == 200
+                return (
+                    live_http.get(f"http://127.0.0.1:{port}/readyz", timeout=1).status_code == 200
+                )
             except httpx.TransportError:
                 assert proc.poll() is None, proc.stderr.read() if proc.stderr else ""
                 return False
 
         wait_for(up, 90, "aifab serve")
-        r = httpx.get(f"http://127.0.0.1:{port}/v1/deployments")
+        r = live_http.get(f"http://127.0.0.1:{port}/v1/deployments")
         assert r.status_code == 401
-        assert httpx.get(f"http://127.0.0.1:{port}/openapi.json").status_code == 200
+        assert live_http.get(f"http://127.0.0.1:{port}/openapi.json").status_code == 200
     finally:
         proc.terminate()
         _, err = proc.communicate(timeout=60)
@@ -601,8 +606,8 @@ def test_aifab_serve_command(tmp_path: Path) -> None:
 def test_keys_never_appear_in_logs(env: dict[str, Any]) -> None:
     """Runs last in the module: every request above went through the captured loggers."""
     bad = "aifab-this-secret-must-not-be-logged"
-    httpx.post(f"{env['url']}/v1/predict/churn", json={}, headers={"X-API-Key": bad})
-    httpx.get(f"{env['url']}/v1/keys", headers={"Authorization": f"Bearer {bad}"})
+    live_http.post(f"{env['url']}/v1/predict/churn", json={}, headers={"X-API-Key": bad})
+    live_http.get(f"{env['url']}/v1/keys", headers={"Authorization": f"Bearer {bad}"})
     text = "\n".join(env["logs"].lines)
     assert env["logs"].lines  # the capture did see the server's logging
     for key in env["keys"].values():
@@ -625,7 +630,7 @@ def test_workers_share_rate_limits_and_metrics(env: dict[str, Any], workspace: P
         def up() -> bool:
             assert proc.poll() is None, "aifab serve --workers 2 exited"
             try:
-                return httpx.get(f"{url}/readyz", timeout=1).status_code == 200
+                return live_http.get(f"{url}/readyz", timeout=1).status_code == 200
             except httpx.TransportError:
                 return False
 
@@ -658,7 +663,7 @@ def test_workers_share_rate_limits_and_metrics(env: dict[str, Any], workspace: P
         assert len(pids) == 2  # both processes answered requests
 
         def counted() -> float:
-            text = httpx.get(f"{url}/metrics", headers=auth(env, "viewer"), timeout=5).text
+            text = live_http.get(f"{url}/metrics", headers=auth(env, "viewer"), timeout=5).text
             return sum(
                 s.value
                 for fam in text_string_to_metric_families(text)

@@ -6,10 +6,10 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 import schemathesis
 from hypothesis import HealthCheck, settings
+from tests import live_http
 
 from aifab.serve.app import create_app
 
@@ -60,6 +60,6 @@ def test_no_server_errors(case: Any, live: dict[str, Any]) -> None:
 
 
 def test_openapi_docs_are_served(live: dict[str, Any]) -> None:
-    assert httpx.get(f"{live['url']}/docs").status_code == 200
-    spec = httpx.get(f"{live['url']}/openapi.json").json()
+    assert live_http.get(f"{live['url']}/docs").status_code == 200
+    spec = live_http.get(f"{live['url']}/openapi.json").json()
     assert "/v1/predict/{deployment}" in spec["paths"]
