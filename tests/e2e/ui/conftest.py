@@ -120,8 +120,11 @@ def browser() -> Iterator[Any]:
     executable = chromium_path()
     if executable is None:
         pytest.skip("no chromium: install Debian's package (apt-get install chromium)")
-    from playwright.sync_api import sync_playwright
+    from playwright.sync_api import expect, sync_playwright
 
+    # expect() retries for 5 s by default, actions and waits for 30 s: a loaded 2-core
+    # machine can take longer than 5 s to load a page, so assertions wait as long as actions.
+    expect.set_options(timeout=30_000)
     with sync_playwright() as pw:
         found = pw.chromium.launch(executable_path=executable, args=CHROMIUM_ARGS)
         yield found
