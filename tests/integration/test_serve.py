@@ -284,7 +284,8 @@ def test_bad_input_is_4xx_naming_the_problem(env: dict[str, Any]) -> None:
 def _models_answering(env: dict[str, Any], n: int, headers: dict[str, str]) -> list[str]:
     one = {"records": _raw_rows(_handler())[0][:1]}
     out = []
-    with httpx.Client(base_url=env["url"], headers={**auth(env), **headers}) as c:
+    sent = {**auth(env), **headers}
+    with httpx.Client(base_url=env["url"], headers=sent, timeout=live_http.TIMEOUT_S) as c:
         for _ in range(n):
             r = c.post("/v1/predict/churn-canary", json=one)
             assert r.status_code == 200, r.text
