@@ -73,7 +73,11 @@ def _num(value: Any, digits: int = 4) -> str:
         return f"{value:,}"
     if not math.isfinite(value):
         return str(value)
-    return f"{value:,.{digits}g}" if abs(value) < 1e6 else f"{value:.3e}"
+    if abs(value) >= 1e15:
+        return f"{value:.3e}"
+    # Past ``digits`` integer digits, ``g`` switches to exponents ("4.35e+03 ms"): a person
+    # reads a whole number with separators more easily, and loses nothing that matters.
+    return f"{value:,.0f}" if abs(value) >= 10**digits else f"{value:,.{digits}g}"
 
 
 def _pretty(value: Any) -> str:
