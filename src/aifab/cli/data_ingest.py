@@ -8,7 +8,7 @@ from typing import Any
 
 import typer
 
-from aifab.cli.output import JSON_HELP, emit
+from aifab.cli.output import JSON_HELP, counted, emit
 
 
 def _pairs(values: list[str] | None, sep: str, what: str) -> dict[str, str]:
@@ -54,9 +54,9 @@ def _facts(details: dict[str, Any]) -> str:
 def _summary(result: Any) -> str:
     v = result.version
     if result.created:
-        text = f"ingested {result.rows} rows into {v.ref} from {v.source}"
+        text = f"ingested {counted(result.rows, 'row')} into {v.ref} from {v.source}"
     else:
-        text = f"{v.ref} already holds this content ({result.rows} rows): no new version"
+        text = f"{v.ref} already holds this content ({counted(result.rows, 'row')}): no new version"
     text += _facts(result.details)
     if result.rejected:
         shown = ", ".join(str(n) for n in result.rejected_lines)

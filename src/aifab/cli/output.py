@@ -42,6 +42,11 @@ def when(ts: float | None) -> str:
     return datetime.fromtimestamp(ts, UTC).strftime("%Y-%m-%d %H:%M:%S")
 
 
+def counted(n: int, noun: str) -> str:
+    """``n`` and ``noun``, plural unless ``n`` is one: "1 row", "3 rows" (not "1 rows")."""
+    return f"{n:,} {noun}" if n == 1 else f"{n:,} {noun}s"
+
+
 def _json_default(value: Any) -> Any:
     """JSON for values DuckDB/Arrow hand back: decimals as numbers, dates as ISO strings."""
     if isinstance(value, Decimal):

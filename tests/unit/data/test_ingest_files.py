@@ -217,6 +217,14 @@ def test_cli_ingest_reports_rows_and_rejected_lines(tmp_path: Path, cli) -> None
     assert "already holds this content" in cli("data", "ingest", "ds", src).stdout
 
 
+def test_cli_ingest_counts_in_english(tmp_path: Path, cli) -> None:
+    one = write(tmp_path / "one.csv", "k,v\n1,x\n")
+    r = cli("data", "ingest", "one", one, "--no-progress")
+    assert "ingested 1 row into one@1" in r.stdout  # not "1 rows"
+    r = cli("data", "ingest", "one", one, "--no-progress")
+    assert "one@1 already holds this content (1 row): no new version" in r.stdout
+
+
 def test_cli_errors_exit_codes(tmp_path: Path, cli) -> None:
     r = cli("data", "ingest", "ds", tmp_path / "missing.csv")
     assert r.exit_code == 1
