@@ -30,6 +30,8 @@ _fallback = APIRouter(route_class=UiRoute, include_in_schema=False)
 
 @_fallback.get("/ui/{rest:path}")
 async def _not_a_page(rest: str) -> Response:
+    if not rest:  # "/ui/", as people type it: the home page
+        return RedirectResponse("/ui", status_code=308)
     first, _, tail = rest.partition("/")
     for section in installed_sections():
         if section.label.lower() == first.lower() and section.path != f"/ui/{first}":

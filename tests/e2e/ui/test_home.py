@@ -83,3 +83,20 @@ def test_keyboard_reaches_the_content_first(sign_in: Callable[..., Any]) -> None
     assert page.evaluate("document.activeElement.textContent") == "Skip to content"
     page.keyboard.press("Enter")
     assert page.evaluate("location.hash") == "#main"
+
+
+def test_pages_load_without_console_errors_and_ui_slash_is_home(
+    sign_in: Callable[..., Any], dashboard: Any
+) -> None:
+    page = sign_in("viewer")
+    errors: list[str] = []
+    page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+    failed: list[str] = []
+    page.on("response", lambda r: failed.append(r.url) if r.status >= 400 else None)
+    page.goto(dashboard.url + "/ui/")  # a trailing slash, as people type it
+    assert page.get_by_role("heading", name="Workspace", level=1).is_visible()
+    page.goto(dashboard.url + "/ui/jobs")
+    page.wait_for_load_state("load")
+    assert errors == [] and failed == [], (errors, failed)
+    icon = page.locator("link[rel=icon]").get_attribute("href")
+    assert icon and page.request.get(dashboard.url + icon).status == 200
