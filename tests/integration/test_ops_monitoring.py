@@ -130,6 +130,7 @@ def env(churn_model: dict[str, Any], live_server: Callable[..., Any]) -> Iterato
     )
     yield {
         "client": client,
+        "server": server,
         "hook": f"http://127.0.0.1:{hook.server_address[1]}/hook",
         "worker": worker.id,
     }
@@ -190,6 +191,21 @@ def test_unshifted_traffic_does_not_drift_and_labels_give_quality(env) -> None:
     assert result["values"]["labelled"] >= 10 and result["values"]["accuracy"] == 0.0
     assert [b["rule"] for b in result["report"]["breaches"]] == ["quality"]
     assert [a["rule"] for a in result["alerts"]] == ["quality"]
+
+
+def test_feedback_sent_right_after_its_prediction_matches(env) -> None:
+    log = env["server"].app.state.request_log
+    # Hold the request log's batch back (as a busy server's interval does): the feedback must
+    # still find its prediction (it answered matched: false until the batch was written).
+    log.flush_interval_s = 3600.0
+    log.flush()
+    try:
+        [(rid, n)] = _predict(env["client"], "churn-idle", records()[:3])
+        fb = env["client"].post("/v1/feedback", json={"request_id": rid, "labels": ["x"] * n})
+        assert fb.status_code == 200 and fb.json()["matched"] is True, fb.text
+    finally:
+        log.flush_interval_s = 0.5
+        log.flush()
 
 
 def test_shifted_traffic_drifts_alerts_the_webhook_and_is_exported(env) -> None:

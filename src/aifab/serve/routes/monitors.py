@@ -91,7 +91,7 @@ async def delete_monitor(
 
 @router.post("/v1/feedback")
 async def feedback(
-    body: Feedback, principal: Principal = Depends(require("invoke"))
+    request: Request, body: Feedback, principal: Principal = Depends(require("invoke"))
 ) -> dict[str, Any]:
     """Labels for a served request: ``{"request_id": ..., "labels": [...]}`` (or ``label``)."""
     from aifab.serve.errors import ApiError
@@ -101,6 +101,9 @@ async def feedback(
     )
     if not labels:
         raise ApiError(422, "give labels (a list) or label", param="labels")
+    # This process's request log writes in batches off the hot path: write what it holds first,
+    # so feedback sent right after its prediction matches it (it answered matched: false).
+    await _flush(request)
     return await principal.call(ops.record_feedback, body.request_id, labels)
 
 
