@@ -28,6 +28,7 @@ README = ROOT / "README.md"
 SKIP: dict[str, str] = {
     "make demo": "the tour's setup already ran `aifab demo` (what `make demo` runs)",
     "make test": "this test is part of `make test`",
+    ". .venv/bin/activate": "the tour runs with the venv's bin first on PATH",
     ".venv/bin/python bench/": "benchmarks take minutes each and are not tests",
 }
 
@@ -35,6 +36,7 @@ SKIP: dict[str, str] = {
 EXPECTED_FAILURES: dict[str, str] = {
     "aifab --debug data show nope": "shows an error with --debug's traceback",
     "aifab prompts render docs-answer --set question=x": "shows the missing-variable error",
+    "aifab deployments promote churn": "shows a worse canary refused without --force",
 }
 
 

@@ -190,12 +190,15 @@ def update_command(
 @deployments_app.command("promote")
 def promote_command(
     name: str = typer.Argument(..., help="Deployment name.", show_default=False),
+    force: bool = typer.Option(
+        False, "--force", help="Promote even when the canary's recorded test accuracy is lower."
+    ),
     as_json: bool = typer.Option(False, "--json", help=JSON_HELP),
 ) -> None:
     """Make the canary the primary (moving the primary's alias to it when it has one)."""
     from aifab.inference.deployments import promote_canary
 
-    _show(promote_canary(name), as_json)
+    _show(promote_canary(name, force=force), as_json)
 
 
 @deployments_app.command("rollback")

@@ -184,14 +184,56 @@ def _bump(row: DeploymentRow, settings: dict[str, Any]) -> None:
     row.status, row.status_reason, row.updated_at = "pending", None, time.time()
 
 
-def promote_canary(name: str) -> dict[str, Any]:
+#: How much lower a canary's recorded test accuracy may be before a manual promotion needs
+#: ``force`` (the retrain gate's default tolerance).
+PROMOTE_TOLERANCE = 0.02
+#: The metric a manual promotion compares, as the training recipes record it.
+PROMOTE_METRIC = "test_accuracy"
+
+
+def _recorded(ref: str) -> float | None:
+    """``PROMOTE_METRIC`` of the run that produced a registered model version, if recorded."""
+    from aifab.track.registry import resolve_model
+    from aifab.track.runs import get_run
+
+    if not _registry_ref(ref):
+        return None
+    run_id = resolve_model(ref).get("run_id")
+    if not run_id:
+        return None
+    try:
+        value = get_run(str(run_id))["metrics"].get(PROMOTE_METRIC)
+    except NotFoundError:  # a version registered from files, without a run
+        return None
+    return None if value is None else float(value)
+
+
+def _worse_by(primary: str, canary: str) -> str | None:
+    """Why promoting ``canary`` over ``primary`` needs ``force``; None when it does not."""
+    before, after = _recorded(primary), _recorded(canary)
+    if before is None or after is None or after >= before - PROMOTE_TOLERANCE:
+        return None
+    return (
+        f"the canary {canary} is worse than the primary {primary} on {PROMOTE_METRIC}: "
+        f"{after:.4f} vs {before:.4f} ({after - before:+.4f})"
+    )
+
+
+def promote_canary(name: str, *, force: bool = False) -> dict[str, Any]:
     """Make the canary the primary model and drop the canary.
 
     When the primary is an alias (``churn@champion``) of the canary's model, the alias moves to
     the canary's version instead, so everything else following the alias moves too.
 
+    Args:
+        name: the deployment.
+        force: promote even when the canary's recorded test accuracy is lower than the
+            primary's by more than :data:`PROMOTE_TOLERANCE` (a passed retrain gate, which
+            judged both on the same rows, promotes with it).
+
     Raises:
-        ConflictError: the deployment has no canary; NotFoundError: no such deployment.
+        ConflictError: the deployment has no canary, or the canary is worse and ``force`` is
+            not set (the message says by how much); NotFoundError: no such deployment.
     """
     from aifab.track.registry import parse_ref, resolve_model, set_alias
 
@@ -200,6 +242,11 @@ def promote_canary(name: str) -> dict[str, Any]:
         primary, canary = row.model_ref, row.canary_ref
     if canary is None:
         raise ConflictError(f"deployment {name!r} has no canary to promote")
+    worse = None if force else _worse_by(primary, canary)
+    if worse:
+        raise ConflictError(
+            f"{worse}; to make it the primary anyway, force it (CLI --force, API ?force=true)"
+        )
     new_primary = canary
     moved: dict[str, Any] | None = None
     if _registry_ref(primary) and _registry_ref(canary):

@@ -289,7 +289,7 @@ def _canary(spec: PolicySpec, candidate: str, rec: _Record) -> dict[str, Any]:
     watched = {"quality": quality.__dict__} if quality is not None else {}
     rec.step("watch", requests=requests, errors=errors, decision=decision, why=why, **watched)
     if decision == "promote":
-        promote_canary(spec.deployment)
+        promote_canary(spec.deployment, force=True)  # the gate judged both on the same rows
         rec.step("promote", model=candidate, alias=spec.champion_alias)
         return rec.finish("promoted", f"gate passed; canary {why}")
     rollback_canary(spec.deployment)

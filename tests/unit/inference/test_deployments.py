@@ -175,6 +175,37 @@ def test_promote_replaces_a_pinned_primary() -> None:
     assert resolve_model("m@champion")["version"] == 1
 
 
+@pytest.fixture(scope="module")
+def scored(models: dict[str, Any]) -> dict[str, int]:
+    """``scored`` versions of recorded test accuracy 0.92 (champion) and 0.649 and 0.91."""
+    versions = {}
+    for accuracy in (0.92, 0.649, 0.91):
+        with start_run("t-deployments-scored", system_metrics=False) as run:
+            run.log_artifacts(models["dir"], "model")
+            run.log_metrics({"test_accuracy": accuracy}, 0)
+        versions[accuracy] = int(register_model(run.id, "model", "scored")["version"])
+    set_alias("scored", "champion", versions[0.92])
+    return {"good": versions[0.92], "worse": versions[0.649], "close": versions[0.91]}
+
+
+def test_promoting_a_worse_canary_needs_force_and_says_by_how_much(
+    scored: dict[str, int],
+) -> None:
+    create_deployment("scored@champion", canary=f"scored@{scored['worse']}", canary_weight=10)
+    with pytest.raises(ConflictError, match=r"test_accuracy: 0\.6490 vs 0\.9200 \(-0\.2710\)"):
+        promote_canary("scored")
+    dep = get_deployment("scored")
+    assert dep["canary"] == f"scored@{scored['worse']}" and dep["generation"] == 1  # unchanged
+    assert resolve_model("scored@champion")["version"] == scored["good"]
+    assert promote_canary("scored", force=True)["canary"] is None
+    assert resolve_model("scored@champion")["version"] == scored["worse"]
+    set_alias("scored", "champion", scored["good"])
+    # Within the gate's tolerance (0.02) it is no worse: no force needed.
+    update_deployment("scored", canary=f"scored@{scored['close']}", canary_weight=10)
+    assert promote_canary("scored")["canary"] is None
+    set_alias("scored", "champion", scored["good"])
+
+
 def test_rollback_drops_the_canary() -> None:
     create_deployment("m@champion", canary="m@3", canary_weight=10)
     dep = rollback_canary("m")

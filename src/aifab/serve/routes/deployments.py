@@ -10,7 +10,7 @@ import asyncio
 from collections.abc import Callable
 from typing import Any
 
-from fastapi import APIRouter, Depends, Request
+from fastapi import APIRouter, Depends, Query, Request
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -128,10 +128,13 @@ async def delete_deployment(
 
 @router.post("/{name}/promote")
 async def promote(
-    name: str, request: Request, principal: Principal = Depends(require("deploy"))
+    name: str,
+    request: Request,
+    force: bool = Query(False, description="Promote a canary whose test accuracy is lower."),
+    principal: Principal = Depends(require("deploy")),
 ) -> dict[str, Any]:
     """Make the canary the primary (moving the alias when the primary is an alias)."""
-    return _view(request, await _call(request, principal, svc.promote_canary, name))
+    return _view(request, await _call(request, principal, svc.promote_canary, name, force=force))
 
 
 @router.post("/{name}/rollback")
