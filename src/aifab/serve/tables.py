@@ -1,4 +1,4 @@
-"""Metadata tables of the gateway: API keys and their daily token use."""
+"""Metadata tables of the gateway: API keys, their daily token use and dashboard sessions."""
 
 from __future__ import annotations
 
@@ -47,3 +47,15 @@ class KeyUsageRow(Base):
     day: Mapped[str] = mapped_column(String(10), primary_key=True)
     tokens: Mapped[int] = mapped_column(Integer, nullable=False, default=0)
     requests: Mapped[int] = mapped_column(Integer, nullable=False, default=0)
+
+
+class UiSessionRow(Base):
+    """A signed-in dashboard session; the cookie is valid only while its row exists."""
+
+    __tablename__ = "ui_sessions"
+
+    #: SHA-256 of the session id the signed cookie carries (a DB reader cannot replay it).
+    id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    key_id: Mapped[str] = mapped_column(String(32), nullable=False, index=True)
+    created_at: Mapped[float] = mapped_column(Float, nullable=False)
+    expires_at: Mapped[float] = mapped_column(Float, nullable=False)

@@ -2,8 +2,10 @@
 
 The cookie holds ``key id . expiry . nonce`` and an HMAC over them with a per-workspace secret
 (the ``web_secret`` file, owner-only), so every process of ``aifab serve --workers N`` reads
-the same sessions without shared memory. The secret key itself is never stored in the cookie;
-each request re-checks that the key is still active, so revoking a key ends its sessions.
+the same sessions without shared memory. The secret key itself is never stored in the cookie.
+The nonce is the session's id: the server records it at sign-in (:mod:`aifab.serve.sessions`)
+and each request checks the session is still open and its key still active, so signing out,
+revoking the key or an admin's "sign out everywhere" ends it even for a replayed cookie.
 With ``AIFAB_STORAGE_URI`` set the secret is a write-once object on the store, so dashboards on
 several machines (behind one address) accept each other's sessions.
 """
@@ -88,7 +90,7 @@ def _sign(payload: str) -> str:
 def issue(key_id: str, *, now: float | None = None) -> str:
     """A new session cookie value for ``key_id``."""
     expires = int((now if now is not None else time.time()) + MAX_AGE_S)
-    payload = f"{key_id}.{expires}.{secrets.token_urlsafe(12)}"
+    payload = f"{key_id}.{expires}.{secrets.token_urlsafe(16)}"
     return f"{payload}.{_sign(payload)}"
 
 
