@@ -52,7 +52,16 @@ _OPENAPI: dict[str, Any] = {
     "requestBody": {
         "required": True,
         "content": {"application/json": {"schema": RecordsIn.model_json_schema()}},
-    }
+    },
+    "parameters": [
+        {
+            "name": "Idempotency-Key",
+            "in": "header",
+            "required": False,
+            "description": "A retry with the same key and body gets the first answer (24 h).",
+            "schema": {"type": "string", "minLength": 1, "maxLength": 255},
+        }
+    ],
 }
 
 
