@@ -2,9 +2,9 @@
 
 :func:`viewer` is the dependency of every page: no valid session (a forged or expired cookie,
 one whose session was ended on the server, or a revoked key) sends the browser to the sign-in
-page; client keys (which only call models) are refused. Pages that
-change something read their form with :func:`read_form`, which checks the request comes from
-this site and carries the session's CSRF token, and then call :func:`need` for the role.
+page; client keys (which only call models) are refused. Pages that change something read their
+form with :func:`read_form`, which checks the request comes from this site and carries the
+session's CSRF token, and then call :func:`need` for the role.
 """
 
 from __future__ import annotations

@@ -25,7 +25,16 @@ from pathlib import Path
 from aifab.core.storage import get_store
 from aifab.core.workspace import get_workspace
 
-__all__ = ["COOKIE", "MAX_AGE_S", "Session", "csrf_token", "issue", "read", "valid_csrf"]
+__all__ = [
+    "COOKIE",
+    "MAX_AGE_S",
+    "Session",
+    "csrf_token",
+    "issue",
+    "new_session",
+    "read",
+    "valid_csrf",
+]
 
 #: The session cookie's name.
 COOKIE = "aifab_session"
@@ -87,11 +96,17 @@ def _sign(payload: str) -> str:
     return base64.urlsafe_b64encode(digest).decode().rstrip("=")
 
 
+def new_session(key_id: str, *, now: float | None = None) -> tuple[str, Session]:
+    """A new session of ``key_id`` and its cookie value (the server records it, not this)."""
+    expires = int((now if now is not None else time.time()) + MAX_AGE_S)
+    nonce = secrets.token_urlsafe(16)
+    payload = f"{key_id}.{expires}.{nonce}"
+    return f"{payload}.{_sign(payload)}", Session(key_id, float(expires), nonce)
+
+
 def issue(key_id: str, *, now: float | None = None) -> str:
     """A new session cookie value for ``key_id``."""
-    expires = int((now if now is not None else time.time()) + MAX_AGE_S)
-    payload = f"{key_id}.{expires}.{secrets.token_urlsafe(16)}"
-    return f"{payload}.{_sign(payload)}"
+    return new_session(key_id, now=now)[0]
 
 
 def read(value: str | None, *, now: float | None = None) -> Session | None:

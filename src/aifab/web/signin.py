@@ -22,7 +22,7 @@ from aifab.serve.sessions import end_session, open_session
 from aifab.web.auth import Viewer, read_form, viewer
 from aifab.web.render import page
 from aifab.web.routing import UiRoute
-from aifab.web.session import COOKIE, MAX_AGE_S, issue, read
+from aifab.web.session import COOKIE, MAX_AGE_S, new_session
 
 __all__ = ["router", "safe_next"]
 
@@ -66,9 +66,7 @@ async def login(request: Request) -> Response:
         error = f"A {key.role} key cannot open the dashboard: use a viewer, developer or admin key."
     if error is not None or key is None:
         return page(request, "login.html", status=401, next=target, error=error, viewer=None)
-    value = issue(key.id)
-    opened = read(value)
-    assert opened is not None  # just signed with this process's secret
+    value, opened = new_session(key.id)
     await asyncio.to_thread(open_session, opened.nonce, key.id, opened.expires)
     response = RedirectResponse(target, status_code=303)
     response.set_cookie(
