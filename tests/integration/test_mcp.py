@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from mcp import Client, StdioServerParameters
+from mcp import Client, MCPError, StdioServerParameters
 
 from aifab.data import ingest
 from aifab.serve.keys import create_key, revoke_key
@@ -112,3 +112,20 @@ def test_a_session_stops_answering_once_its_key_is_revoked(workspace: Path, lake
     assert not before.is_error
     for result in (sql_after, list_after):
         assert result.is_error and "revoked" in result.content[0].text
+
+
+def test_a_revoked_keys_session_refuses_list_tools(workspace: Path, lake: None) -> None:
+    """Issue 31, item 12: after revocation the session still answered ``list_tools``."""
+    key, secret = create_key("viewer", name="revoked-then-listed", rate=None, token_quota=None)
+
+    async def session() -> tuple[list[str], MCPError]:
+        async with Client(_params(workspace, secret), read_timeout_seconds=60) as client:
+            before = sorted(t.name for t in (await client.list_tools()).tools)
+            revoke_key(key["id"])
+            with pytest.raises(MCPError) as refused:
+                await client.list_tools()
+        return before, refused.value
+
+    before, refused = asyncio.run(session())
+    assert before == ["list_datasets", "sql"]
+    assert "revoked" in str(refused)

@@ -4,10 +4,12 @@ Loopback, private, link-local and other non-public addresses are refused unless 
 YAML allows them (``allow_private: true``): a model must not be able to reach the server's own
 network through a tool. A name is resolved once and the connection goes to the address that was
 checked (the name stays in ``Host`` and TLS SNI), so a DNS answer that changes between the check
-and the connection (rebinding) cannot reach loopback. IPv6 forms that embed an IPv4 address
-(mapped, compatible, 6to4, NAT64) are judged by that address; numeric hosts in non-canonical
-forms (``2130706433``, ``0177.0.0.1``, ``127.1``) are refused. Redirects are followed by hand so
-that each hop is checked again.
+and the connection (rebinding) cannot reach loopback. An address is judged by what it is
+globally routable for: IPv6 forms that embed an IPv4 address (mapped, compatible, 6to4, NAT64)
+by that address, any other IPv6 address must be global unicast (so site-local ``fec0::/10`` and
+local-use NAT64 ``64:ff9b:1::/48`` are refused). Numeric hosts in non-canonical forms
+(``2130706433``, ``0177.0.0.1``, ``127.1``) are refused. Redirects are followed by hand so that
+each hop is checked again.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from urllib.parse import urljoin, urlsplit, urlunsplit
 from aifab.agents.tools import Tool, ToolContext, ToolError, tool_from_function
 from aifab.core.errors import InvalidInputError
 
-__all__ = ["check_url", "http_get_tool"]
+__all__ = ["check_url", "http_get_tool", "is_public_address"]
 
 _MAX_REDIRECTS = 5
 
@@ -34,17 +36,29 @@ def _host_allowed(host: str, patterns: list[str]) -> bool:
 _NUMERIC_LABEL = re.compile(r"0x[0-9a-f]*|[0-9]+")
 _NAT64 = ipaddress.IPv6Network("64:ff9b::/96")
 _IPV4_COMPATIBLE = ipaddress.IPv6Network("::/96")
+# IANA allocates only 2000::/3 for global unicast; everything else in IPv6 (site-local fec0::/10,
+# local-use NAT64 64:ff9b:1::/48, ULA, link-local, reserved space) is routable at most locally.
+_GLOBAL_UNICAST = ipaddress.IPv6Network("2000::/3")
+# Special-purpose registry entries inside 2000::/3 newer than Python 3.11's ``is_global`` table.
+_NOT_GLOBAL_SINCE_PY311 = (ipaddress.IPv6Network("3fff::/20"),)  # documentation, RFC 9637
 
 
-def _is_public(addr: ipaddress.IPv4Address | ipaddress.IPv6Address) -> bool:
-    """Whether ``addr`` is a public unicast address, judging embedded IPv4 addresses too."""
+def is_public_address(addr: ipaddress.IPv4Address | ipaddress.IPv6Address) -> bool:
+    """Whether ``addr`` is globally routable unicast, judging embedded IPv4 addresses too.
+
+    IPv6 must be global unicast (2000::/3) and not marked non-global in IANA's special-purpose
+    registry; the forms that carry an IPv4 address (mapped, compatible, 6to4, the well-known
+    NAT64 prefix) are judged by that address. Teredo is refused: its client address is obscured.
+    """
     if isinstance(addr, ipaddress.IPv6Address):
         embedded = addr.ipv4_mapped or addr.sixtofour
         if embedded is None and (addr in _NAT64 or addr in _IPV4_COMPATIBLE):
             embedded = ipaddress.IPv4Address(int(addr) & 0xFFFFFFFF)
         if embedded is not None:
-            return _is_public(embedded)
-        if addr.teredo is not None:
+            return is_public_address(embedded)
+        if addr.teredo is not None or addr not in _GLOBAL_UNICAST:
+            return False
+        if any(addr in net for net in _NOT_GLOBAL_SINCE_PY311):
             return False
     return addr.is_global and not addr.is_multicast
 
@@ -77,7 +91,7 @@ def check_url(url: str, allow_hosts: list[str], allow_private: bool) -> str:
     if not addrs:
         raise ToolError(f"host {host} does not resolve")
     for addr in addrs:
-        if not allow_private and not _is_public(addr):
+        if not allow_private and not is_public_address(addr):
             raise ToolError(f"host {host} resolves to a non-public address ({addr}): refused")
     return str(addrs[0])
 

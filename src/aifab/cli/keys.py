@@ -1,4 +1,4 @@
-"""``aifab keys``: create (the secret is shown once), list and revoke the gateway's API keys."""
+"""``aifab keys``: the gateway's API keys (create, list, revoke) and their dashboard sessions."""
 
 from __future__ import annotations
 
@@ -84,6 +84,28 @@ def revoke_command(
         emit(key, True)
         return
     sys.stdout.write(f"revoked key {key['id']} ({key['name'] or key['prefix']})\n")
+
+
+@keys_app.command("sign-out")
+def sign_out_command(
+    key_id: str | None = typer.Argument(
+        None, help="End this key's dashboard sessions.", show_default=False
+    ),
+    everyone: bool = typer.Option(False, "--all", help="End every dashboard session."),
+    as_json: bool = typer.Option(False, "--json", help=JSON_HELP),
+) -> None:
+    """End dashboard sessions on the server: a copy of their cookies stops working at once."""
+    from aifab.core.errors import InvalidInputError
+    from aifab.serve.sessions import end_sessions
+
+    if (key_id is None) == (not everyone):
+        raise InvalidInputError("give a KEY_ID or --all (not both)")
+    ended = end_sessions(None if everyone else key_id)
+    if as_json:
+        emit({"ended": ended}, True)
+        return
+    whose = "every key" if everyone else f"key {key_id}"
+    sys.stdout.write(f"{ended} dashboard sessions ended ({whose})\n")
 
 
 def register(app: typer.Typer) -> None:

@@ -2,13 +2,16 @@
 
 Delta table versions follow aifab's: each published aifab version is one Delta commit (its
 commit info carries ``aifab.dataset`` and ``aifab.version``), in aifab's order. The table's data
-files are the lake's own Parquet objects, hard-linked into the table directory (copied only
-across filesystems), so publishing writes the log, not the data. DuckDB, polars, pandas and
-Spark read the table as is; time travel to Delta version k is aifab version ``published[k]``.
+files are copies of the lake's Parquet objects (reflinks where the filesystem shares blocks on
+write, full copies elsewhere), never hard links: a table belongs to its readers, and a write to
+one of its files must not change the lake's only copy. For the same reason a table inside the
+workspace is refused. DuckDB, polars, pandas and Spark read the table as is; time travel to
+Delta version k is aifab version ``published[k]``.
 """
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import shutil
@@ -19,6 +22,8 @@ from urllib.parse import urlparse
 
 from aifab.core.errors import InvalidInputError
 from aifab.core.extras import require
+from aifab.core.settings import get_settings
+from aifab.core.storage import get_store
 from aifab.data import lake
 from aifab.data.catalog import VersionInfo, list_versions, resolve
 
@@ -28,11 +33,27 @@ _DATASET_KEY = "aifab.dataset"
 _VERSION_KEY = "aifab.version"
 
 
+_FICLONE = 0x40049409  # linux/fs.h: share the source's blocks, copy-on-write
+
+
 def _local(uri: str) -> Path:
     parsed = urlparse(uri)
     if parsed.scheme in ("", "file"):
         return Path(parsed.path if parsed.scheme else uri).expanduser().resolve()
     raise InvalidInputError(f"{uri}: only local paths and file:// URIs can be published to yet")
+
+
+def _refuse_inside_workspace(path: Path) -> None:
+    """A table in the workspace (its root, the lake, any folder of it) is refused."""
+    roots = {get_settings().resolved_home}
+    store = get_store()
+    if store.is_local:
+        roots.add(Path(store.root).expanduser().resolve())
+    for root in roots:
+        if path.is_relative_to(root):
+            raise InvalidInputError(
+                f"{path}: inside the workspace {root}; publish the table outside it"
+            )
 
 
 def delta_versions(uri: str) -> list[tuple[int, str, int]]:
@@ -79,13 +100,23 @@ def _arrow_schema(files: list[Path]) -> Any:
     return pa.unify_schemas(schemas) if schemas else pa.schema([])
 
 
-def _link(source: Path, target: Path) -> None:
+def _copy(source: Path, target: Path) -> None:
+    """Copy a lake object into the table: a reflink where the filesystem has them, else bytes.
+
+    Written under a temporary name and renamed, so a crash leaves no half file under the name.
+    """
     if target.exists():
         return  # a name is one object's digest: the same bytes
+    partial = target.with_name(f".{target.name}.{os.getpid()}.partial")
     try:
-        os.link(source, target)
-    except OSError:  # another filesystem (or no hard links there): copy once
-        shutil.copy2(source, target)
+        with open(source, "rb") as src, open(partial, "wb") as dst:
+            try:
+                fcntl.ioctl(dst.fileno(), _FICLONE, src.fileno())
+            except OSError:  # no reflinks here (ext4, tmpfs, across filesystems): copy bytes
+                shutil.copyfileobj(src, dst, 1 << 20)
+        os.replace(partial, target)
+    finally:
+        partial.unlink(missing_ok=True)
 
 
 def _commit(path: Path, version: VersionInfo, active: set[str]) -> int:
@@ -103,9 +134,9 @@ def _commit(path: Path, version: VersionInfo, active: set[str]) -> int:
     files = [lake.object_path(key) for key in version.objects]
     adds = []
     for source in files:
-        # A file active now cannot be added again in an overwrite: link it under a new name.
+        # A file active now cannot be added again in an overwrite: copy it under a new name.
         name = source.name if source.name not in active else f"v{version.version}-{source.name}"
-        _link(source, path / name)
+        _copy(source, path / name)
         stats = json.dumps({"numRecords": pq.read_metadata(source).num_rows})
         mtime = int(time.time() * 1000)
         adds.append(AddAction(name, source.stat().st_size, {}, mtime, True, stats))
@@ -141,11 +172,13 @@ def publish_delta(ref: str, uri: str, *, history: bool = False) -> dict[str, Any
         committed, and every ``(delta version, aifab ref)`` the table holds.
 
     Raises:
-        InvalidInputError: a remote URI, another dataset's table, or a version older than the
-            table's newest (Delta versions follow aifab's order).
+        InvalidInputError: a remote URI, a directory inside the workspace, another dataset's
+            table, or a version older than the table's newest (Delta versions follow aifab's
+            order).
     """
     require("deltalake", "Delta Lake publishing")
     path = _local(uri)
+    _refuse_inside_workspace(path)
     done = delta_versions(str(path))
     todo = _to_publish(ref, history, done)
     path.mkdir(parents=True, exist_ok=True)

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import delete, select
 
 from aifab.core.actor import current_actor
 from aifab.core.audit import record_event
@@ -22,7 +22,7 @@ from aifab.core.db import session_scope
 from aifab.core.errors import InvalidInputError, NotFoundError
 from aifab.core.ids import new_id
 from aifab.core.names import LABEL, NAME, TEAM, is_full_match
-from aifab.serve.tables import ApiKeyRow
+from aifab.serve.tables import ApiKeyRow, UiSessionRow
 
 __all__ = [
     "PERMISSIONS",
@@ -323,6 +323,8 @@ def get_key(key_id: str) -> dict[str, Any]:
 def revoke_key(key_id: str) -> dict[str, Any]:
     """Revoke a key: it stops working (servers notice within a second). Revoking twice is a no-op.
 
+    Its dashboard sessions end at once, in the same transaction.
+
     Raises:
         NotFoundError: no key has this id.
     """
@@ -333,6 +335,7 @@ def revoke_key(key_id: str) -> dict[str, Any]:
         if row.revoked_at is None:
             row.revoked_at = time.time()
             record_event(s, "key.revoke", f"key:{key_id}", {"name": row.name, "role": row.role})
+        s.execute(delete(UiSessionRow).where(UiSessionRow.key_id == key_id))
         return _record(row)
 
 

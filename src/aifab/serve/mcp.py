@@ -2,8 +2,10 @@
 
 ``aifab mcp`` serves them on stdio (how desktop agent clients start tool servers): the key comes
 from the environment and is checked like the gateway checks it; a caller gets only the tools its
-role allows (see :func:`aifab.agents.platform_tools.platform_tools`). It lives in ``serve``
-because keys and roles belong to the gateway; the tools themselves are the agents package's.
+role allows (see :func:`aifab.agents.platform_tools.platform_tools`). The key is read again on
+every request of the session (listing tools included), so revoking it ends the session. It lives
+in ``serve`` because keys and roles belong to the gateway; the tools themselves are the agents
+package's.
 """
 
 from __future__ import annotations
@@ -45,6 +47,25 @@ def _traced(tool: Tool, key_id: str) -> Any:
     return call
 
 
+def _key_still_valid(key_id: str) -> Any:
+    """Middleware refusing every request once the session's key is revoked.
+
+    ``tools/call`` is let through: :func:`_traced` refuses it as a tool error result, which
+    clients show to the model. Everything else (``tools/list``, ``ping``...) gets an MCP error.
+    """
+    import anyio
+    from mcp import MCPError
+    from mcp_types import INVALID_REQUEST
+
+    async def middleware(ctx: Any, call_next: Any) -> Any:
+        checked = ctx.request_id is not None and ctx.method != "tools/call"
+        if checked and await anyio.to_thread.run_sync(key_info, key_id) is None:
+            raise MCPError(INVALID_REQUEST, "the API key of this session was revoked")
+        return await call_next(ctx)
+
+    return middleware
+
+
 def build_mcp_server(secret: str | None, gateway_url: str | None = None) -> Any:
     """An MCP server offering the tools the key ``secret`` may use.
 
@@ -68,6 +89,7 @@ def build_mcp_server(secret: str | None, gateway_url: str | None = None) -> Any:
     server = MCPServer(
         "aifab",
         instructions="aifab's lake and models: list datasets, query them read-only, predict.",
+        middleware=[_key_still_valid(key.id)],
     )
     for tool in platform_tools(ctx, PERMISSIONS.get(key.role, frozenset())):
         server.add_tool(_traced(tool, key.id), name=tool.name, description=tool.description)

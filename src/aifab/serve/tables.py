@@ -1,4 +1,4 @@
-"""Metadata tables of the gateway: API keys and their daily token use."""
+"""Metadata tables of the gateway: API keys, token use, dashboard sessions, idempotent requests."""
 
 from __future__ import annotations
 
@@ -47,3 +47,31 @@ class KeyUsageRow(Base):
     day: Mapped[str] = mapped_column(String(10), primary_key=True)
     tokens: Mapped[int] = mapped_column(Integer, nullable=False, default=0)
     requests: Mapped[int] = mapped_column(Integer, nullable=False, default=0)
+
+
+class UiSessionRow(Base):
+    """A signed-in dashboard session; the cookie is valid only while its row exists."""
+
+    __tablename__ = "ui_sessions"
+
+    #: SHA-256 of the session id the signed cookie carries (a DB reader cannot replay it).
+    id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    key_id: Mapped[str] = mapped_column(String(32), nullable=False, index=True)
+    created_at: Mapped[float] = mapped_column(Float, nullable=False)
+    expires_at: Mapped[float] = mapped_column(Float, nullable=False)
+
+
+class IdempotentRequestRow(Base):
+    """A request sent with an ``Idempotency-Key``: its fingerprint and, once done, its answer."""
+
+    __tablename__ = "idempotent_requests"
+
+    key_id: Mapped[str] = mapped_column(String(32), primary_key=True)
+    #: The client's ``Idempotency-Key`` header (unique per API key).
+    idempotency_key: Mapped[str] = mapped_column(String(255), primary_key=True)
+    #: SHA-256 of the route and body: a reused key with another request is refused.
+    fingerprint: Mapped[str] = mapped_column(String(64), nullable=False)
+    #: The answer's status and JSON body; ``None`` while the first request is running.
+    status: Mapped[int | None] = mapped_column(Integer)
+    body: Mapped[str | None] = mapped_column(Text)
+    created_at: Mapped[float] = mapped_column(Float, nullable=False, index=True)

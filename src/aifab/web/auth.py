@@ -1,9 +1,10 @@
 """Who is looking: the signed-in viewer of a page, role checks, and checked form posts.
 
-:func:`viewer` is the dependency of every page: no valid session (or a revoked key) sends the
-browser to the sign-in page; client keys (which only call models) are refused. Pages that
-change something read their form with :func:`read_form`, which checks the request comes from
-this site and carries the session's CSRF token, and then call :func:`need` for the role.
+:func:`viewer` is the dependency of every page: no valid session (a forged or expired cookie,
+one whose session was ended on the server, or a revoked key) sends the browser to the sign-in
+page; client keys (which only call models) are refused. Pages that change something read their
+form with :func:`read_form`, which checks the request comes from this site and carries the
+session's CSRF token, and then call :func:`need` for the role.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from urllib.parse import parse_qsl, urlsplit
 from fastapi import Request
 
 from aifab.serve.keys import PERMISSIONS, KeyInfo, key_info
+from aifab.serve.sessions import session_open
 from aifab.web.session import COOKIE, Session, csrf_token, read, valid_csrf
 
 __all__ = ["LoginRequired", "UiError", "Viewer", "need", "read_form", "same_origin", "viewer"]
@@ -92,12 +94,19 @@ def _active_key(key_id: str) -> KeyInfo | None:
     return key
 
 
+def _session_key(session: Session) -> KeyInfo | None:
+    # The session row is read on every request, uncached: an ended session must not linger.
+    if not session_open(session.nonce, session.key_id):
+        return None
+    return _active_key(session.key_id)
+
+
 async def viewer(request: Request) -> Viewer:
     """The page dependency: the signed-in viewer, or :class:`LoginRequired`."""
     session = read(request.cookies.get(COOKIE))
     if session is None:
         raise LoginRequired
-    key = await asyncio.to_thread(_active_key, session.key_id)
+    key = await asyncio.to_thread(_session_key, session)
     if key is None:
         raise LoginRequired
     if "read" not in PERMISSIONS.get(key.role, frozenset()):

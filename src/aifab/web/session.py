@@ -2,8 +2,10 @@
 
 The cookie holds ``key id . expiry . nonce`` and an HMAC over them with a per-workspace secret
 (the ``web_secret`` file, owner-only), so every process of ``aifab serve --workers N`` reads
-the same sessions without shared memory. The secret key itself is never stored in the cookie;
-each request re-checks that the key is still active, so revoking a key ends its sessions.
+the same sessions without shared memory. The secret key itself is never stored in the cookie.
+The nonce is the session's id: the server records it at sign-in (:mod:`aifab.serve.sessions`)
+and each request checks the session is still open and its key still active, so signing out,
+revoking the key or an admin's "sign out everywhere" ends it even for a replayed cookie.
 With ``AIFAB_STORAGE_URI`` set the secret is a write-once object on the store, so dashboards on
 several machines (behind one address) accept each other's sessions.
 """
@@ -23,7 +25,16 @@ from pathlib import Path
 from aifab.core.storage import get_store
 from aifab.core.workspace import get_workspace
 
-__all__ = ["COOKIE", "MAX_AGE_S", "Session", "csrf_token", "issue", "read", "valid_csrf"]
+__all__ = [
+    "COOKIE",
+    "MAX_AGE_S",
+    "Session",
+    "csrf_token",
+    "issue",
+    "new_session",
+    "read",
+    "valid_csrf",
+]
 
 #: The session cookie's name.
 COOKIE = "aifab_session"
@@ -85,11 +96,17 @@ def _sign(payload: str) -> str:
     return base64.urlsafe_b64encode(digest).decode().rstrip("=")
 
 
+def new_session(key_id: str, *, now: float | None = None) -> tuple[str, Session]:
+    """A new session of ``key_id`` and its cookie value (the server records it, not this)."""
+    expires = int((now if now is not None else time.time()) + MAX_AGE_S)
+    nonce = secrets.token_urlsafe(16)
+    payload = f"{key_id}.{expires}.{nonce}"
+    return f"{payload}.{_sign(payload)}", Session(key_id, float(expires), nonce)
+
+
 def issue(key_id: str, *, now: float | None = None) -> str:
     """A new session cookie value for ``key_id``."""
-    expires = int((now if now is not None else time.time()) + MAX_AGE_S)
-    payload = f"{key_id}.{expires}.{secrets.token_urlsafe(12)}"
-    return f"{payload}.{_sign(payload)}"
+    return new_session(key_id, now=now)[0]
 
 
 def read(value: str | None, *, now: float | None = None) -> Session | None:

@@ -1,9 +1,11 @@
 """Signing in and out: ``/ui/login`` takes an API key and opens a session cookie.
 
 The key travels once, in a POSTed form (never in a URL); the cookie then names only the key's
-id and is HttpOnly and SameSite=Strict. Client keys are refused: they call models, they do
-not read the platform. Failed sign-ins count against the address's failed-authentication limit
-(shared with the API, :mod:`aifab.serve.auth_failures`): over it, the form answers 429.
+id and the session's id, and is HttpOnly and SameSite=Strict. The session is recorded on the
+server (:mod:`aifab.serve.sessions`) and signing out ends it there, so a replayed cookie is
+refused. Client keys are refused: they call models, they do not read the platform. Failed
+sign-ins count against the address's failed-authentication limit (shared with the API,
+:mod:`aifab.serve.auth_failures`): over it, the form answers 429.
 """
 
 from __future__ import annotations
@@ -16,10 +18,11 @@ from fastapi.responses import RedirectResponse
 from aifab.serve.auth import auth_failed, auth_wait
 from aifab.serve.keys import PERMISSIONS, authenticate
 from aifab.serve.limits import retry_after
+from aifab.serve.sessions import end_session, open_session
 from aifab.web.auth import Viewer, read_form, viewer
 from aifab.web.render import page
 from aifab.web.routing import UiRoute
-from aifab.web.session import COOKIE, MAX_AGE_S, issue
+from aifab.web.session import COOKIE, MAX_AGE_S, new_session
 
 __all__ = ["router", "safe_next"]
 
@@ -63,10 +66,12 @@ async def login(request: Request) -> Response:
         error = f"A {key.role} key cannot open the dashboard: use a viewer, developer or admin key."
     if error is not None or key is None:
         return page(request, "login.html", status=401, next=target, error=error, viewer=None)
+    value, opened = new_session(key.id)
+    await asyncio.to_thread(open_session, opened.nonce, key.id, opened.expires)
     response = RedirectResponse(target, status_code=303)
     response.set_cookie(
         COOKIE,
-        issue(key.id),
+        value,
         max_age=MAX_AGE_S,
         path="/ui",
         httponly=True,
@@ -78,9 +83,10 @@ async def login(request: Request) -> Response:
 
 @router.post("/ui/logout")
 async def logout(request: Request) -> Response:
-    """End the session (the cookie is cleared; the key itself stays valid)."""
+    """End the session on the server and clear the cookie (the key itself stays valid)."""
     who: Viewer = await viewer(request)
     await read_form(request, who)
+    await asyncio.to_thread(end_session, who.session.nonce)
     response = RedirectResponse("/ui/login", status_code=303)
     response.delete_cookie(COOKIE, path="/ui")
     return response

@@ -1,9 +1,11 @@
 """Issue 19, item 4: ``http_get`` connects to the address it checked (no DNS rebinding to
-loopback) and refuses loopback however it is spelled."""
+loopback) and refuses loopback however it is spelled; issue 31, item 8: addresses are judged
+by global routability (local-use NAT64 and site-local IPv6 are refused)."""
 
 from __future__ import annotations
 
 import http.server
+import ipaddress
 import socket
 import threading
 from collections.abc import Iterator
@@ -12,7 +14,7 @@ from typing import Any
 import pytest
 
 from aifab.agents import ToolContext, ToolError
-from aifab.agents.http_tool import http_get_tool
+from aifab.agents.http_tool import http_get_tool, is_public_address
 
 
 @pytest.fixture
@@ -89,9 +91,47 @@ def test_the_checked_address_is_the_one_connected_with_the_name_as_host(
         "127.1",
         "[::1]",
         "localhost",
+        "[64:ff9b:1::7f00:1]",
+        "[fec0::1]",
     ],
 )
 def test_loopback_however_spelled_is_refused(host: str) -> None:
     tool = http_get_tool({"allow_hosts": ["*"], "timeout_s": 1}, ToolContext())
     with pytest.raises(ToolError, match="refused"):
         tool.fn(url=f"http://{host}:9/")
+
+
+@pytest.mark.parametrize(
+    "address",
+    [
+        "64:ff9b:1::7f00:1",  # RFC 8215 local-use NAT64 (embeds 127.0.0.1)
+        "64:ff9b:1::808:808",  # local-use NAT64 is not global whatever it embeds
+        "fec0::1",  # deprecated site-local
+        "fc00::1",  # unique local
+        "fe80::1",  # link-local
+        "ff02::1",  # multicast
+        "100::1",  # discard-only
+        "2001:db8::1",  # documentation
+        "3fff::1",  # documentation (RFC 9637, newer than Python 3.11's table)
+        "5f00::1",  # SRv6 SIDs
+        "4000::1",  # outside 2000::/3, not allocated for global unicast
+        "::",
+        "::1",
+        "64:ff9b::a00:1",  # well-known NAT64 of 10.0.0.1
+        "::ffff:192.168.1.1",
+        "224.0.0.1",
+        "100.64.0.1",
+        "0.0.0.0",
+        "169.254.169.254",
+    ],
+)
+def test_addresses_not_globally_routable_are_not_public(address: str) -> None:
+    assert not is_public_address(ipaddress.ip_address(address))
+
+
+@pytest.mark.parametrize(
+    "address",
+    ["8.8.8.8", "2606:4700:4700::1111", "2a00:1450:4001::1", "64:ff9b::808:808", "::ffff:1.1.1.1"],
+)
+def test_globally_routable_addresses_are_public(address: str) -> None:
+    assert is_public_address(ipaddress.ip_address(address))

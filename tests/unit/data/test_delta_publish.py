@@ -1,7 +1,9 @@
 """Issue 23 item 6: dataset versions published as a Delta Lake table, read back by other engines.
 
-Each aifab version is one Delta version, over the lake's own Parquet objects (hard links);
-``deltalake`` and DuckDB read every version back as aifab exports it.
+Each aifab version is one Delta version, over copies of the lake's Parquet objects;
+``deltalake`` and DuckDB read every version back as aifab exports it. Issue 31 item 4: the
+copies are the table's own (writing to one leaves the lake intact) and a table inside the
+workspace is refused.
 """
 
 from __future__ import annotations
@@ -67,11 +69,39 @@ def test_history_is_one_delta_version_per_aifab_version(tmp_path: Path, cli: Any
             + "], union_by_name = true)"
         ).to_arrow_table()
         assert _rows(scan) == want, ref
-    # the table's files are the lake's objects (hard links), not copies
+    # the table's files are its own copies, never the lake's objects (hard links)
     newest = list_versions("weather")[-1]
     inodes = {lake.object_path(k).stat().st_ino for k in newest.objects}
     table_files = deltalake.DeltaTable(str(table)).file_uris()
-    assert {Path(f).stat().st_ino for f in table_files} == inodes
+    assert not {Path(f).stat().st_ino for f in table_files} & inodes
+
+
+def test_writing_to_a_published_file_leaves_the_lake_intact(tmp_path: Path, cli: Any) -> None:
+    """Issue 31 item 4: published files were hard links, so a write corrupted the lake."""
+    _dataset(tmp_path)
+    table = tmp_path / "published"
+    assert cli("data", "publish", "weather", table, "--format", "delta").exit_code == 0
+    for f in deltalake.DeltaTable(str(table)).file_uris():
+        with open(f, "r+b") as fh:  # what a careless consumer (or a rewrite in place) does
+            fh.write(b"overwritten by a reader of the table")
+    r = cli("data", "verify")
+    assert r.exit_code == 0, r.stderr
+    assert "lake intact" in r.stdout
+
+
+@pytest.mark.parametrize("inside", [".", "lake", "lake/objects", "exports/weather"])
+def test_a_table_inside_the_workspace_is_refused(
+    tmp_path: Path, workspace: Path, cli: Any, inside: str
+) -> None:
+    _dataset(tmp_path)
+    target = workspace / inside
+    before = sorted(p.relative_to(workspace) for p in workspace.rglob("*"))
+    r = cli("data", "publish", "weather", target, "--format", "delta")
+    assert r.exit_code != 0
+    assert len(r.stderr.strip().splitlines()) == 1
+    assert "inside the workspace" in r.stderr
+    assert sorted(p.relative_to(workspace) for p in workspace.rglob("*")) == before
+    assert cli("data", "verify").exit_code == 0
 
 
 def test_duckdb_delta_scan_reads_each_version(tmp_path: Path) -> None:

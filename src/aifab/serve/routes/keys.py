@@ -1,4 +1,4 @@
-"""``/v1/keys``: create, list and revoke API keys (admin only; the secret is shown once)."""
+"""``/v1/keys``: API keys (admin only; the secret is shown once) and their dashboard sessions."""
 
 from __future__ import annotations
 
@@ -6,9 +6,10 @@ import asyncio
 from typing import Any
 
 from fastapi import APIRouter, Depends, Request
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from aifab.serve import keys as svc
+from aifab.serve import sessions
 from aifab.serve.auth import Principal, forget_keys, require
 
 router = APIRouter(prefix="/v1/keys", tags=["keys"])
@@ -28,6 +29,21 @@ class KeyCreate(BaseModel):
     datasets: list[str] | str | None = Field(
         None, description="Client keys: datasets it may push to (names or prefixes ending in *)."
     )
+
+
+class SignOut(BaseModel):
+    """Whose dashboard sessions to end: one key's, or everyone's."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    key_id: str | None = Field(None, max_length=32, description="End this key's sessions.")
+    all: bool = Field(False, description="End every dashboard session.")
+
+    @model_validator(mode="after")
+    def _one_target(self) -> SignOut:
+        if (self.key_id is None) == (not self.all):
+            raise ValueError("give key_id or all: true (not both)")
+        return self
 
 
 @router.get("")
@@ -60,3 +76,12 @@ async def revoke_key(
     revoked = await principal.call(svc.revoke_key, key_id)
     forget_keys(request.app)  # this server stops accepting it at once
     return revoked
+
+
+@router.post("/sign-out")
+async def sign_out(
+    body: SignOut, principal: Principal = Depends(require("keys"))
+) -> dict[str, int]:
+    """End dashboard sessions on the server ("sign out everywhere" with ``all``)."""
+    ended = await principal.call(sessions.end_sessions, None if body.all else body.key_id)
+    return {"ended": ended}
