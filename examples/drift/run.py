@@ -1,6 +1,10 @@
 """Drift -> alert -> retrain -> gate -> canary -> promotion, end to end, in one command.
 
-    python examples/drift/run.py [--home DIR] [--port 8765]
+    python examples/drift/run.py [--home DIR] [--keep] [--port 8765]
+
+It works in a workspace of its own, so yours is left as it was: a new folder inside
+``$AIFAB_HOME`` when that is set (the system's temp folder otherwise), removed at the end
+unless ``--keep``; ``--home DIR`` uses DIR and keeps it.
 
 Builds the quickstart churn model, serves it with ``aifab serve``, replays normal traffic and
 then traffic that shifts (a new country, older customers, income inflation), runs the monitor
@@ -14,6 +18,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -68,12 +73,31 @@ def send(client: httpx.Client, batch: list[dict[str, Any]], times: int) -> None:
 def main() -> None:
     """Build, serve, watch, shift, retrain, gate, canary, promote."""
     ap = argparse.ArgumentParser()
-    ap.add_argument("--home", default=None, help="AIFAB_HOME (default: a new temp dir)")
+    ap.add_argument("--home", default=None, help="workspace to use and keep (default: a new one)")
+    ap.add_argument("--keep", action="store_true", help="keep the new workspace at the end")
     ap.add_argument("--port", type=int, default=8765)
     args = ap.parse_args()
-    home = args.home or tempfile.mkdtemp(prefix="aifab-drift-")
+    home = args.home or _new_workspace()
     env = {**os.environ, "AIFAB_HOME": home, "HF_HUB_OFFLINE": "1", "AIFAB_ACTOR": "user:example"}
     print(f"workspace: {home}")
+    try:
+        _example(args.port, env)
+    finally:
+        if args.home is None and not args.keep:
+            shutil.rmtree(home, ignore_errors=True)
+            print(f"removed the example's workspace {home} (--keep keeps it)")
+
+
+def _new_workspace() -> str:
+    """A new folder for the example: inside ``$AIFAB_HOME`` when set, else the temp folder."""
+    parent = os.environ.get("AIFAB_HOME")
+    if parent:
+        Path(parent, "examples").mkdir(parents=True, exist_ok=True)
+        return tempfile.mkdtemp(prefix="drift-", dir=Path(parent, "examples"))
+    return tempfile.mkdtemp(prefix="aifab-drift-")
+
+
+def _example(port: int, env: dict[str, str]) -> None:
     t0 = time.time()
     aifab("run", str(HERE.parent / "quickstart" / "pipeline.yaml"), env=env)
     print(f"1. quickstart model churn@champion built ({time.time() - t0:.0f} s)")
@@ -91,13 +115,13 @@ def main() -> None:
     )
     server = subprocess.Popen(
         # The server's own jobs worker runs the retraining job the policy submits.
-        [sys.executable, "-m", "aifab", "serve", "--port", str(args.port)],
+        [sys.executable, "-m", "aifab", "serve", "--port", str(port)],
         env=env,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
     client = httpx.Client(
-        base_url=f"http://127.0.0.1:{args.port}",
+        base_url=f"http://127.0.0.1:{port}",
         headers={"authorization": f"Bearer {key['secret']}"},
         timeout=60,
     )
