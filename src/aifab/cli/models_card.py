@@ -71,6 +71,8 @@ def fairness_command(
         shown = "n/a (fewer than two groups)" if value is None else f"{value:.4f}"
         sys.stdout.write(f"{name}: {shown}\n")
     sys.stdout.write(f"positive class: {report['positive']}; excluded: {report['excluded']}\n")
+    for warning in report["warnings"]:
+        sys.stdout.write(f"warning: {warning}\n")
 
 
 def _read_records(path: Path) -> Any:

@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 
 from aifab.core.errors import InvalidInputError
-from aifab.ops.explain.model import TabularModel, dataset_rows, load_tabular
+from aifab.ops.explain.model import TabularModel, dataset_rows, load_tabular, one_class_warning
 
 __all__ = ["MISSING", "fairness_gate", "fairness_report"]
 
@@ -72,7 +72,8 @@ def fairness_report(
         ``model``, ``data``, ``positive``, ``sensitive``, ``rows``, ``overall``, ``by_group``
         (count, selection_rate, true_positive_rate, false_positive_rate, accuracy),
         ``demographic_parity_difference`` and ``equalized_odds_difference`` (over groups of
-        at least ``min_group_rows``; None when fewer than two such groups), ``excluded``.
+        at least ``min_group_rows``; None when fewer than two such groups), ``excluded``,
+        ``warnings`` (e.g. the model predicts one class for every row).
 
     Raises:
         InvalidInputError: no or unknown sensitive columns, an unknown positive class, a
@@ -119,6 +120,7 @@ def fairness_report(
     keep = np.asarray([g not in excluded for g in groups])
     kept = [g for g, k in zip(groups, keep, strict=True) if k]
     enough = len(set(kept)) >= 2
+    warning = one_class_warning(predicted, where)
     return {
         "model": model.ref,
         "data": where,
@@ -139,6 +141,7 @@ def fairness_report(
         )
         if enough
         else None,
+        "warnings": [warning] if warning else [],
     }
 
 

@@ -117,6 +117,34 @@ def test_fairness_on_another_labelled_dataset(model: Any) -> None:
         fairness_report(model.ref, ["plan"], dataset="customers_raw@1")
 
 
+def test_fairness_warns_when_the_model_predicts_one_class(
+    cli: Callable[..., Any], model: Any, tmp_path: Path
+) -> None:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from aifab.data import ingest, lake
+    from aifab.data.catalog import resolve
+
+    # One customer, fifteen times, in three countries: the model can only give one answer.
+    con = lake.connect()
+    one = con.execute(f"SELECT * FROM {resolve('customers_labeled@1').scan_sql()} LIMIT 1")
+    table = one.to_arrow_table()
+    row = table.to_pylist()[0]
+    rows = [{**row, "country": c} for c in ("DE", "FR", "GB") for _ in range(5)]
+    pq.write_table(pa.Table.from_pylist(rows, schema=table.schema), tmp_path / "one.parquet")
+    ingest("one_customer", str(tmp_path / "one.parquet"))
+    report = fairness_report(model.ref, ["country"], dataset="one_customer@1")
+    assert report["demographic_parity_difference"] == 0.0
+    [warning] = report["warnings"]
+    assert "for all 15 rows of dataset one_customer@1" in warning
+    args = ("--sensitive", "country", "--dataset", "one_customer@1")
+    r = cli("models", "fairness", model.ref, *args)
+    assert r.exit_code == 0, r.stderr
+    assert "warning: the model predicts" in r.stdout
+    assert fairness_report(model.ref, ["country"])["warnings"] == []  # the real test split
+
+
 def test_fairness_bad_input(model: Any) -> None:
     with pytest.raises(InvalidInputError, match="'religion' not in the rows of the test split"):
         fairness_report(model.ref, ["religion"])

@@ -158,6 +158,9 @@ def gather(ref: str, owner: CardOwnerFields, *, explain: bool = True) -> dict[st
     )
     if not owner.sensitive:
         notes.append("no fairness or slices: the owner declared no sensitive features")
+    explanation = _section(notes, "explanation", global_explanation, key) if explain else None
+    for section in (fairness, explanation):
+        notes += [w for w in (section or {}).get("warnings", []) if w not in notes]
     return {
         "model": key,
         "name": mv["name"],
@@ -178,7 +181,7 @@ def gather(ref: str, owner: CardOwnerFields, *, explain: bool = True) -> dict[st
         "features": len(pre.get("features") or []),
         "metrics": meta.get("metrics") or {},
         "fairness": fairness,
-        "explanation": _section(notes, "explanation", global_explanation, key) if explain else None,
+        "explanation": explanation,
         "exports": _exports(mv["name"], int(mv["version"]), mv.get("run_id"), mv.get("tags") or {}),
         "notes": notes,
     }

@@ -13,7 +13,7 @@ import numpy as np
 
 from aifab.core.errors import InvalidInputError
 from aifab.core.registry import Registry
-from aifab.ops.explain.model import TabularModel, load_tabular
+from aifab.ops.explain.model import TabularModel, load_tabular, one_class_warning
 from aifab.ops.explain.shapley import EXACT_MAX, coalitions, masked_inputs, owners
 
 __all__ = [
@@ -223,7 +223,7 @@ def global_explanation(ref: str, *, sample: int = 50, repeats: int = 3) -> dict[
 
     Returns:
         ``{"model", "rows", "accuracy", "permutation_importance": [...],
-        "mean_abs_shap": [{feature, mean_abs}]}``.
+        "mean_abs_shap": [{feature, mean_abs}], "warnings": [...]}``.
     """
     model = load_tabular(ref)
     rows = model.test_records[:sample]
@@ -243,4 +243,5 @@ def global_explanation(ref: str, *, sample: int = 50, repeats: int = 3) -> dict[
             ({"feature": f, "mean_abs": v} for f, v in mean_abs.items()),
             key=lambda d: -d["mean_abs"],
         ),
+        "warnings": [w] if (w := one_class_warning(pred, f"the test split of {model.ref}")) else [],
     }

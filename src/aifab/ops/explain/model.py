@@ -24,7 +24,7 @@ from aifab.inference.evaluation import test_split
 from aifab.models.checkpoint import read_sidecar
 from aifab.track.registry import download_model, resolve_model
 
-__all__ = ["TabularModel", "dataset_rows", "load_tabular", "softmax"]
+__all__ = ["TabularModel", "dataset_rows", "load_tabular", "one_class_warning", "softmax"]
 
 #: Background rows drawn from the test split (SHAP's "background data").
 BACKGROUND_ROWS = 8
@@ -40,6 +40,21 @@ def softmax(logits: np.ndarray) -> np.ndarray:
     np.exp(z, out=z)
     z /= z.sum(axis=1, keepdims=True)
     return z
+
+
+def one_class_warning(predicted: np.ndarray, where: str) -> str | None:
+    """A warning when every row of ``where`` got the same predicted class, else None.
+
+    Equal selection rates across groups and permutation importances of 0 then say that the
+    model ignores its inputs, not that it is fair or that no feature matters.
+    """
+    values = set(np.asarray(predicted).tolist())
+    if len(predicted) < 2 or len(values) != 1:
+        return None
+    return (
+        f"the model predicts {values.pop()!r} for all {len(predicted)} rows of {where}: "
+        "equal group rates and zero importances mean it ignores its inputs, not that it is fair"
+    )
 
 
 @dataclass
