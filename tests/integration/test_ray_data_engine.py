@@ -99,6 +99,19 @@ def test_ray_engine_equals_duckdb_on_messy_data(ray_local: Any, small_blocks: No
     assert sorted(key[:half], key=str) == sorted(key[half:], key=str)
 
 
+def test_ray_data_keeps_its_own_logs_out_of_the_users_output(
+    ray_local: Any, capfd: pytest.CaptureFixture[str]
+) -> None:
+    commit_query("quiet", "SELECT i AS id FROM range(50) t(i)", source="test", transform={})
+    capfd.readouterr()
+    clean("quiet", {"steps": [{"filter": {"where": "id > 3"}}], "engine": "ray"}, output="q2")
+    err = capfd.readouterr().err
+    # Ray Data logged every execution plan at INFO (37 lines for a 1,000-row pipeline).
+    noise = [line for line in err.splitlines() if "streaming_executor" in line or " INFO " in line]
+    assert noise == [], noise[:5]
+    assert "Progress bars disabled" not in err
+
+
 def test_ray_engine_rejects_bad_input_like_duckdb(ray_local: Any) -> None:
     commit_query("raw", MESSY, source="test", transform={"kind": "test"})
     for steps in (
