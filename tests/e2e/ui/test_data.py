@@ -111,6 +111,13 @@ def test_lineage_graph_reaches_runs_models_deployments_and_its_links_work(
     assert svg.locator("a[href='/ui/deployments/churn']").count() == 1
     assert svg.locator("a[href^='/ui/runs/']").count() >= 1
     assert svg.locator("path.edge").count() >= 9
+    # The page itself never scrolls sideways, at a laptop's width or a narrow window's: a
+    # wide graph scrolls inside its own box.
+    for width in (1280, 800):
+        page.set_viewport_size({"width": width, "height": 900})
+        overflow = page.evaluate("document.documentElement.scrollWidth - window.innerWidth")
+        assert overflow <= 0, f"the page is {overflow} px wider than a {width} px window"
+    page.set_viewport_size({"width": 1280, "height": 900})
     screenshot(page, "data-lineage")
     list_text = page.locator("ul.lineage-list").inner_text()
     assert "version customers_split@1 → features customers_features" in list_text
