@@ -82,20 +82,35 @@ def print_table(
     console = Console(emoji=False, markup=False, width=_frame(natural) if wide else None)
     # Folded cells of a wide table break every word into fragments at 80 columns: a cell keeps
     # one line and ends in an ellipsis instead, columns that do not fit are counted, and
-    # --wide shows everything.
-    widths = natural if wide else _fit(natural, console.width)
+    # --wide shows everything. Ids and names are never cut: a cut id cannot be pasted into
+    # `show` or `cancel`.
+    widths = natural if wide else _fit(natural, console.width, _whole(cols))
+    shown = [i for i, w in enumerate(widths) if w is not None]
     table = Table(title=Text(title) if title is not None else None, show_lines=False)
-    for c, w in zip(cols, widths, strict=False):
-        table.add_column(Text(str(c)), width=w, no_wrap=not wide, overflow="ellipsis")
+    for i in shown:
+        table.add_column(Text(str(cols[i])), width=widths[i], no_wrap=not wide, overflow="ellipsis")
     for row in cells:
-        table.add_row(*(Text(value) for value in row[: len(widths)]))
+        table.add_row(*(Text(row[i]) for i in shown))
     console.print(table)
-    if len(widths) < len(cols):
-        hidden = ", ".join(cols[len(widths) :])
-        console.print(Text(f"({len(cols) - len(widths)} more columns: {hidden}; --wide shows all)"))
+    if len(shown) < len(cols):
+        hidden = ", ".join(str(c) for i, c in enumerate(cols) if widths[i] is None)
+        console.print(Text(f"({len(cols) - len(shown)} more columns: {hidden}; --wide shows all)"))
 
 
 _MIN_CELL = 8
+#: Columns shown whole whatever the width: what a person copies into the next command.
+_WHOLE_NAMES = frozenset(
+    {"id", "name", "ref", "key", "version", "latest", "dataset", "model", "job", "deployment"}
+)
+
+
+def _whole(cols: Sequence[Any]) -> set[int]:
+    """Indexes of the columns never cut: the first, ids and names."""
+    keep = {0} if cols else set()
+    for i, c in enumerate(map(str, cols)):
+        if c in _WHOLE_NAMES or c.endswith(("_id", "_name", "_ref")):
+            keep.add(i)
+    return keep
 
 
 def _longest(values: Sequence[str]) -> int:
@@ -107,24 +122,36 @@ def _frame(widths: Sequence[int]) -> int:
     return sum(widths) + 3 * len(widths) + 1
 
 
-def _fit(natural: Sequence[int], width: int) -> list[int]:
-    """Cell widths that fit ``width``.
+def _fit(natural: Sequence[int], width: int, whole: set[int] | None = None) -> list[int | None]:
+    """Cell widths that fit ``width``; None for a column left out.
 
-    The leading columns that fit at their floor are kept; the room left is shared out smallest
-    need first, so short columns (ids, dates) show whole and long text is what gets cut.
+    Columns in ``whole`` (ids, names) keep their full width, or are left out when they cannot
+    (the first is always shown). The other columns that fit at
+    their floor are kept in order; the room left is shared out smallest need first, so short
+    columns (dates, counts) show whole and long text is what gets cut.
     """
-    floors: list[int] = []
-    for n in natural:
-        if _frame(floors + [min(n, _MIN_CELL)]) > width and floors:
-            break
-        floors.append(min(n, _MIN_CELL))
-    widths = list(floors)
-    room = max(0, width - _frame(floors))
-    needs = sorted(range(len(floors)), key=lambda i: natural[i] - floors[i])
+    whole = whole or set()
+    widths: list[int | None] = [None] * len(natural)
+    for i in sorted(whole):  # whole or not at all: a cut id is worse than a hidden one
+        taken = [w for w in widths if w is not None]
+        if not taken:
+            widths[i] = max(1, min(natural[i], width - _frame([0])))
+        elif _frame([*taken, natural[i]]) <= width:
+            widths[i] = natural[i]
+    for i, n in enumerate(natural):
+        if i in whole:
+            continue
+        taken = [w for w in widths if w is not None]
+        if _frame([*taken, min(n, _MIN_CELL)]) <= width or not taken:
+            widths[i] = min(n, _MIN_CELL)
+    taken = [w for w in widths if w is not None]
+    room = max(0, width - _frame(taken))
+    flexible = [i for i, w in enumerate(widths) if w is not None and i not in whole]
+    needs = sorted(flexible, key=lambda i: natural[i] - (widths[i] or 0))
     for k, i in enumerate(needs):
         share = room // (len(needs) - k)
-        extra = min(natural[i] - floors[i], share)
-        widths[i] += extra
+        extra = min(natural[i] - (widths[i] or 0), share)
+        widths[i] = (widths[i] or 0) + extra
         room -= extra
     return widths
 

@@ -57,3 +57,24 @@ def test_key_value_timestamps_print_as_dates(capsys: pytest.CaptureFixture[str])
 def test_wide_is_a_global_option(cli) -> None:
     r = cli("--wide", "data", "list")
     assert r.exit_code == 0, r.stderr
+
+
+def test_ids_and_names_are_never_cut_at_80_columns(capsys: pytest.CaptureFixture[str]) -> None:
+    rows = [
+        {
+            "id": "job_01a2527e5a6e_4f1d9c2b",
+            "state": "succeeded",
+            "summary": "test_loss=0.41234, test_accuracy=0.9123 " * 3,
+            "name": "customers_clean_spring",
+            "notes": "a long free-text note " * 5,
+            "run_id": "69a8954f3c2e4b1d8a7f6e5d4c3b2a19",
+        }
+    ]
+    print_table(rows)
+    out = capsys.readouterr().out
+    table = [line for line in out.splitlines() if line[:1] in "┏┃┡│└"]
+    assert table and all(len(line) <= 80 for line in table)
+    for whole in (rows[0]["id"], rows[0]["name"]):
+        assert whole in out, (whole, out)
+    # No room left for a whole run id: it is left out and named, never shown cut.
+    assert "69a8954" not in out.replace("run_id", "") and "run_id" in out.splitlines()[-1]
