@@ -219,11 +219,14 @@ def show_command(
     print_table(events, ["ts", "kind", "message"], title="events")
 
 
-def _copy_whole(path: Path) -> None:
-    """Write the file at ``path`` to stdout, a chunk at a time."""
-    with path.open("rb") as fh:
-        while data := fh.read(1 << 20):
-            sys.stdout.write(data.decode("utf-8", errors="replace"))
+def _copy_whole(chunks: Iterator[bytes]) -> None:
+    """Write a log to stdout, a chunk at a time (a character split between chunks survives)."""
+    import codecs
+
+    decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+    for data in chunks:
+        sys.stdout.write(decoder.decode(data))
+    sys.stdout.write(decoder.decode(b"", final=True))
     sys.stdout.flush()
 
 
@@ -249,13 +252,13 @@ def logs_command(
     if follow:
         _follow(job_id, attempt, replica)
         return
-    from aifab.jobs.logs import log_path
+    from aifab.jobs.logs import read_log
 
     number = attempt or job["attempt"]
-    path = log_path(job_id, number, replica)
-    if number == 0 or not path.exists():
+    chunks = read_log(job_id, number, replica) if number else None
+    if chunks is None:
         raise NotFoundError(f"no log yet for job {job_id} (state {job['state']}); try -f")
-    _copy_whole(path)
+    _copy_whole(chunks)
 
 
 def _follow(job_id: str, fixed: int | None, replica: int) -> None:

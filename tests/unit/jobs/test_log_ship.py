@@ -9,6 +9,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -143,3 +144,31 @@ def test_a_ray_replica_that_cannot_reach_the_store_still_runs_and_says_why(
     assert "log_not_shipped" in info and "nope" in info["log_not_shipped"]
     assert replica.wait()["exit_code"] == 0
     assert local.read_text() == "hi\n"  # kept on its node
+
+
+def test_job_logs_without_follow_prints_a_log_shipped_from_another_node(
+    workspace: Path, tmp_path: Path, cli: Any
+) -> None:
+    """docs/team.md: a job's log is read "from any machine"; `aifab job logs JOB` (no -f) said
+    "no log yet ... try -f" for a finished job whose replica ran on another node."""
+    job = submit({"name": "t", "run": {"command": [sys.executable, "-c", "print('far away')"]}})
+    env = {
+        **os.environ,
+        "AIFAB_HOME": str(tmp_path / "node-b"),
+        "AIFAB_DB_URL": f"sqlite:///{workspace / 'aifab.db'}",
+    }
+    worker = subprocess.run(
+        [sys.executable, "-m", "aifab", "worker", "--poll", "0.1", "--exit-when-idle", "1"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+    assert worker.returncode == 0, worker.stderr[-1500:]
+    assert get_job(job["id"])["state"] == "succeeded"
+    assert not log_path(job["id"], 1).exists()  # only on the store
+    shown = cli("job", "logs", job["id"])
+    assert shown.exit_code == 0, shown.stderr
+    assert shown.stdout == "far away\n"
+    first = cli("job", "logs", job["id"], "--replica", "0", "--attempt", "1")
+    assert first.stdout == "far away\n"
