@@ -90,6 +90,10 @@ def submit_command(
         print_json(job)
     elif not as_json:
         sys.stdout.write(f"{job['id']}\n")
+    if not (wait or _alive(spec.executor)):
+        from aifab.jobs.scheduler import unserved_reason
+
+        sys.stderr.write(f"note: {unserved_reason(spec.executor)}\n")
     if wait:
         final = (
             wait_with_local_worker(job["id"], spec.executor)
@@ -343,6 +347,13 @@ def worker_command(
         f"worker {worker.id}: executor {worker.executor.name}, cpu {cap.cpu:g}, memory "
         f"{cap.memory_mb:.0f} MiB, gpu {cap.gpu}, policy {policy} (Ctrl-C to stop)\n"
     )
+    from aifab.jobs.scheduler import mark_unserved
+
+    for other, count in sorted(mark_unserved().items()):
+        sys.stdout.write(
+            f"{count} pending job(s) are for executor {other}: {other} jobs run under "
+            f"'aifab worker --executor {other}'\n"
+        )
     sys.stdout.flush()
     stop = threading.Event()
     with _stop_on_signals(stop):
