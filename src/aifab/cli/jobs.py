@@ -42,7 +42,22 @@ def _load_spec(file: Path, overrides: dict[str, Any]) -> Any:
     if not isinstance(data, dict):
         raise InvalidInputError(f"{file}: a job spec must be a mapping (name, run, resources...)")
     data.update({k: v for k, v in overrides.items() if v is not None})
-    return parse_config(JobSpec, data, str(file))
+    spec = parse_config(JobSpec, data, str(file))
+    _check_recipe_config(spec, file)
+    return spec
+
+
+def _check_recipe_config(spec: Any, file: Path) -> None:
+    """Validate a training recipe's config here, not in a pod minutes later (dry runs too)."""
+    from aifab.core.errors import InvalidInputError
+    from aifab.train.recipes import RECIPE_CONFIGS
+    from aifab.train.submit import load_recipe_config
+
+    if spec.run.recipe in RECIPE_CONFIGS:
+        try:
+            load_recipe_config(spec.run.recipe, spec.run.config)
+        except InvalidInputError as exc:
+            raise InvalidInputError(f"{file}: run.config: {exc}") from None
 
 
 def _dry_run(spec: Any, image: str | None = None) -> None:
