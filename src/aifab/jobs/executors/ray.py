@@ -133,6 +133,8 @@ class RayExecutor:
         ray = require("ray", "the ray executor")
 
         if not ray.is_initialized():
+            if (self.address or os.environ.get("RAY_ADDRESS") or "").startswith("ray://"):
+                require("grpc", "the Ray client (a ray:// address)")
             quiet_ray_auth_notice()
             ray.init(
                 address=self.address,
