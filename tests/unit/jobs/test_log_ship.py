@@ -84,10 +84,14 @@ def test_a_ray_replica_ships_its_log_from_its_node(tmp_path: Path) -> None:
     # The actor's body is plain Python: run here as a Ray node would run it.
     store = get_store()
     key = "logs/jobs/job_x/attempt-1/replica-0.log"
-    local = tmp_path / "node" / key
     replica = ReplicaProcess()
-    replica.start([sys.executable, "-c", CODE], {}, None, str(local), (store.uri, key))
+    home = tmp_path / "node" / "job_x" / "attempt-1" / "replica-0"
+    local = home / key
+    replica.start(
+        [sys.executable, "-c", CODE], {}, None, str(local), (store.uri, key), node_home=str(home)
+    )
     assert replica.wait()["exit_code"] == 0
+    assert not (tmp_path / "node" / "job_x").exists()  # its node folder went with it
     data = EXPECTED.encode()
     assert read_stored(store, key, 0, 1 << 20) == (data, True)
     assert read_stored(store, key, 7, 10) == (data[7:17], False)  # by offset, across chunks
@@ -139,7 +143,12 @@ def test_a_ray_replica_that_cannot_reach_the_store_still_runs_and_says_why(
     local = tmp_path / "node" / "replica-0.log"
     replica = ReplicaProcess()
     info = replica.start(
-        [sys.executable, "-c", "print('hi')"], {}, None, str(local), ("nope://b", "k")
+        [sys.executable, "-c", "print('hi')"],
+        {},
+        None,
+        str(local),
+        ("nope://b", "k"),
+        node_home=str(local.parent),
     )
     assert "log_not_shipped" in info and "nope" in info["log_not_shipped"]
     assert replica.wait()["exit_code"] == 0
