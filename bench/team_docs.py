@@ -17,10 +17,12 @@ It prints one line per step (ran / FAILED / skipped, and why) and exits 1 if a s
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -224,8 +226,13 @@ def step_ray(team: Team) -> str:
 
     def ray_stop() -> None:
         # Only this cluster's processes, by id: `ray stop` would stop every Ray on the machine.
-        for proc in _ray_processes(temp):
-            subprocess.run(["kill", str(proc)], check=False)
+        for sig in (signal.SIGTERM, signal.SIGKILL):
+            for pid in _ray_processes(temp):
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, sig)
+            deadline = time.monotonic() + 10
+            while _ray_processes(temp) and time.monotonic() < deadline:
+                time.sleep(0.2)
         shutil.rmtree(temp, ignore_errors=True)
 
     team.cleanup.append(ray_stop)
@@ -256,7 +263,7 @@ def _ray_processes(temp: Path) -> list[int]:
             cmd = Path(f"/proc/{name}/cmdline").read_bytes().replace(b"\0", b" ").decode()
         except OSError:
             continue
-        if str(temp) in cmd:
+        if str(temp) in cmd and int(name) != os.getpid():
             out.append(int(name))
     return out
 
