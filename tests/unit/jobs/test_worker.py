@@ -239,3 +239,11 @@ def test_submitting_for_an_executor_no_worker_runs_says_so(cli: Any, tmp_path: P
     out = cli("job", "submit", spec, "--executor", "ray")
     assert out.exit_code == 0, out.stderr
     assert "start one with 'aifab worker --executor ray'" in out.stderr
+
+
+def test_a_starting_worker_counts_the_jobs_waiting_for_another_executor(cli: Any) -> None:
+    service.submit({"name": "far", "executor": "ray", "run": {"command": ["true"]}})
+    out = cli("worker", "--exit-when-idle", "0.2", "--poll", "0.05")
+    assert out.exit_code == 0, out.stderr
+    assert "1 pending job(s) are for executor ray" in out.stdout
+    assert "'aifab worker --executor ray'" in out.stdout
