@@ -54,4 +54,9 @@ def reach_warnings(env: Mapping[str, Any], secret_names: set[str], *, recipe: bo
             "no pod.env_from_secrets entry gives AIFAB_DB_URL: each pod would use a SQLite DB "
             "of its own, and the job's runs and results would not reach the shared DB"
         )
+    if recipe and "AIFAB_TRACKING_URI" not in secret_names and "AIFAB_TRACKING_URI" not in env:
+        out.append(
+            "AIFAB_TRACKING_URI is not set where the job is submitted: the pods would log their "
+            "MLflow runs into their own workspace, lost with them"
+        )
     return out

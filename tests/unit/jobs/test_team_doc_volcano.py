@@ -87,3 +87,6 @@ def test_a_dry_run_warns_about_what_pods_cannot_reach(
     warnings = [line for line in out.stdout.splitlines() if line.startswith("# warning")]
     assert any("127.0.0.1" in w and "AIFAB_TRACKING_URI" in w for w in warnings), warnings
     assert any("AIFAB_DB_URL" in w for w in warnings), warnings
+    monkeypatch.delenv("AIFAB_TRACKING_URI")
+    out = _dry_run(cli, tmp_path, spec)
+    assert any("AIFAB_TRACKING_URI is not set" in w for w in out.stdout.splitlines()), out.stdout
