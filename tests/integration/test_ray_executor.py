@@ -251,10 +251,25 @@ def test_with_an_object_store_a_replica_uses_its_own_workspace(
     log = tail_log(job["id"])
     assert log.final
     text = log.text
-    home = f"/tmp/aifab-ray/{job['id']}"
+    home = f"/tmp/aifab-ray/{job['id']}/attempt-1/replica-0"
     assert f"home {home} store {s3_storage} cwd " in text
     assert f"ckpt {home}/artifacts/jobs/{job['id']}/checkpoints" in text
     assert str(workspace.resolve()) not in text and str(mine) not in text
+    # The node's folder (log, lake cache) went with the attempt: its log is on the store.
+    assert eventually(lambda: not Path(f"/tmp/aifab-ray/{job['id']}").exists())
+
+
+def test_a_replica_joins_the_cluster_it_runs_on(ray_local: Any, worker: Worker) -> None:
+    """A job that submits Ray jobs itself (a pipeline whose train step says `executor: ray`)
+    must reach this cluster, not start a Ray instance of its own on the node."""
+    code = "import os; print('ray', os.environ.get('RAY_ADDRESS'))"
+    job = submit(
+        {"name": "nested", "executor": "ray", "run": {"command": [sys.executable, "-c", code]}}
+    )
+    drive(worker, lambda: state(job["id"]) in FINAL)
+    assert state(job["id"]) == "succeeded"
+    address = ray_local.get_runtime_context().gcs_address
+    assert f"ray {address}\n" in tail_log(job["id"]).text
 
 
 def test_a_local_ray_instance_starts_without_a_warning_a_user_cannot_act_on() -> None:

@@ -42,7 +42,22 @@ def _load_spec(file: Path, overrides: dict[str, Any]) -> Any:
     if not isinstance(data, dict):
         raise InvalidInputError(f"{file}: a job spec must be a mapping (name, run, resources...)")
     data.update({k: v for k, v in overrides.items() if v is not None})
-    return parse_config(JobSpec, data, str(file))
+    spec = parse_config(JobSpec, data, str(file))
+    _check_recipe_config(spec, file)
+    return spec
+
+
+def _check_recipe_config(spec: Any, file: Path) -> None:
+    """Validate a training recipe's config here, not in a pod minutes later (dry runs too)."""
+    from aifab.core.errors import InvalidInputError
+    from aifab.train.recipes import RECIPE_CONFIGS
+    from aifab.train.submit import load_recipe_config
+
+    if spec.run.recipe in RECIPE_CONFIGS:
+        try:
+            load_recipe_config(spec.run.recipe, spec.run.config)
+        except InvalidInputError as exc:
+            raise InvalidInputError(f"{file}: run.config: {exc}") from None
 
 
 def _dry_run(spec: Any, image: str | None = None) -> None:
@@ -90,6 +105,10 @@ def submit_command(
         print_json(job)
     elif not as_json:
         sys.stdout.write(f"{job['id']}\n")
+    if not (wait or _alive(spec.executor)):
+        from aifab.jobs.scheduler import unserved_reason
+
+        sys.stderr.write(f"note: {unserved_reason(spec.executor)}\n")
     if wait:
         final = (
             wait_with_local_worker(job["id"], spec.executor)
@@ -219,11 +238,14 @@ def show_command(
     print_table(events, ["ts", "kind", "message"], title="events")
 
 
-def _copy_whole(path: Path) -> None:
-    """Write the file at ``path`` to stdout, a chunk at a time."""
-    with path.open("rb") as fh:
-        while data := fh.read(1 << 20):
-            sys.stdout.write(data.decode("utf-8", errors="replace"))
+def _copy_whole(chunks: Iterator[bytes]) -> None:
+    """Write a log to stdout, a chunk at a time (a character split between chunks survives)."""
+    import codecs
+
+    decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+    for data in chunks:
+        sys.stdout.write(decoder.decode(data))
+    sys.stdout.write(decoder.decode(b"", final=True))
     sys.stdout.flush()
 
 
@@ -249,13 +271,13 @@ def logs_command(
     if follow:
         _follow(job_id, attempt, replica)
         return
-    from aifab.jobs.logs import log_path
+    from aifab.jobs.logs import read_log
 
     number = attempt or job["attempt"]
-    path = log_path(job_id, number, replica)
-    if number == 0 or not path.exists():
+    chunks = read_log(job_id, number, replica) if number else None
+    if chunks is None:
         raise NotFoundError(f"no log yet for job {job_id} (state {job['state']}); try -f")
-    _copy_whole(path)
+    _copy_whole(chunks)
 
 
 def _follow(job_id: str, fixed: int | None, replica: int) -> None:
@@ -340,6 +362,13 @@ def worker_command(
         f"worker {worker.id}: executor {worker.executor.name}, cpu {cap.cpu:g}, memory "
         f"{cap.memory_mb:.0f} MiB, gpu {cap.gpu}, policy {policy} (Ctrl-C to stop)\n"
     )
+    from aifab.jobs.scheduler import mark_unserved
+
+    for other, count in sorted(mark_unserved().items()):
+        sys.stdout.write(
+            f"{count} pending job(s) are for executor {other}: {other} jobs run under "
+            f"'aifab worker --executor {other}'\n"
+        )
     sys.stdout.flush()
     stop = threading.Event()
     with _stop_on_signals(stop):

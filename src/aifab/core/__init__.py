@@ -19,6 +19,7 @@ from aifab.core.errors import (
     NotFoundError,
 )
 from aifab.core.settings import Settings, get_settings
+from aifab.core.storage import get_store
 from aifab.core.workspace import Workspace, get_workspace
 
 __all__ = [
@@ -53,13 +54,19 @@ def init_workspace() -> dict[str, Any]:
     swept = ws.sweep_tmp()
     with session_scope() as s:
         record_event(s, "workspace.init", f"workspace:{ws.root}")
-    return {
+    out: dict[str, Any] = {
         "home": str(ws.root),
         "db_url": settings.resolved_db_url,
         "schema_revision": SCHEMA_REVISION,
         "lake": str(ws.lake),
         "stale_tmp_files_removed": swept,
     }
+    store = get_store(settings)
+    if not store.is_local:
+        # The lake lives on the store; the local directory only caches its objects.
+        lake_key = ws.lake.relative_to(ws.root).as_posix()
+        out.update(storage=store.uri, lake=store.url(lake_key), lake_cache=str(ws.lake))
+    return out
 
 
 def verify_audit(anchors: Path | None = None) -> ChainReport:

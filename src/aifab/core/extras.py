@@ -14,6 +14,7 @@ from aifab.core.errors import AifabError
 #: Module -> the aifab extra that installs it.
 EXTRAS = {
     "ray": "ray",
+    "grpc": "ray",  # Ray Client (ray://...) is ray[client]
     "kubernetes": "k8s",
     "pykeen": "kg",
     "psycopg": "postgres",

@@ -29,8 +29,8 @@ class Settings(BaseSettings):
     ray_node_home: str = Field(
         "/tmp/aifab-ray",
         description="With a storage URI, the directory on each Ray node under which a job's "
-        "replicas keep their node-local workspace (one subdirectory per job; the store holds "
-        "the rest).",
+        "replicas keep their node-local workspace (<job>/attempt-N/replica-R, removed when the "
+        "replica ends; the store holds the rest).",
     )
     actor: str | None = Field(None, description="Who is acting, for the audit log (CLI).")
     duckdb_memory_limit: str | None = Field(

@@ -10,6 +10,7 @@ store when one is set, where replicas ship their logs in chunks (:mod:`aifab.job
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -23,7 +24,7 @@ from aifab.jobs.launch import attempt_dir
 from aifab.jobs.log_ship import read_stored, stored_size
 from aifab.jobs.tables import JobRow
 
-__all__ = ["LogCursor", "LogTail", "log_path", "tail_log"]
+__all__ = ["LogCursor", "LogTail", "log_path", "read_log", "tail_log"]
 
 FINAL = ("succeeded", "failed", "cancelled")
 #: The most bytes one call returns (a follower calls again for the rest).
@@ -146,6 +147,27 @@ def _start(path: Path | _Stored, start_bytes: int) -> int:
     data, _ = _read(path, size - start_bytes, start_bytes)
     cut = data.find(b"\n")
     return size - start_bytes + (cut + 1 if cut >= 0 else 0)
+
+
+def read_log(job_id: str, attempt: int, replica: int = 0) -> Iterator[bytes] | None:
+    """One replica's whole log, a chunk at a time, from this disk or the store; None if absent.
+
+    A replica that ran on another node shipped its log to the object store, so a finished
+    job's log reads the same from any machine that shares the store.
+    """
+    source = _source(job_id, attempt, replica)
+    if _size(source) == 0 and not (isinstance(source, Path) and source.exists()):
+        return None
+
+    def chunks() -> Iterator[bytes]:
+        offset, at_end = 0, False
+        while not at_end:
+            data, at_end = _read(source, offset, MAX_CHUNK_BYTES)
+            offset += len(data)
+            if data:
+                yield data
+
+    return chunks()
 
 
 def tail_log(

@@ -40,6 +40,43 @@ class Claim:
     spec: JobSpec
 
 
+def unserved_reason(executor: str) -> str:
+    """Why a pending job waits when no live worker runs its executor, and what to do."""
+    command = "aifab worker" if executor == "local" else f"aifab worker --executor {executor}"
+    return f"no running worker serves executor {executor!r}: start one with '{command}'"
+
+
+def mark_unserved() -> dict[str, int]:
+    """Say so on pending jobs whose executor no live worker serves (shown by ``job show``).
+
+    A worker runs one executor; without this a job for another one waited with no word why.
+    Returns the number of such jobs per executor (within the first pending window).
+    """
+    now = time.time()
+    counts: dict[str, int] = {}
+    with session_scope() as s:
+        served = list(
+            s.scalars(
+                select(WorkerRow.executor).where(
+                    WorkerRow.state == "alive", WorkerRow.heartbeat_at >= now - DEAD_AFTER_S
+                )
+            )
+        )
+        rows = s.execute(
+            select(JobRow.id, JobRow.executor, JobRow.reason)
+            .where(JobRow.state == "pending", JobRow.executor.not_in(served))
+            .limit(_PENDING_WINDOW)
+        ).all()
+        changed = []
+        for row in rows:
+            counts[row.executor] = counts.get(row.executor, 0) + 1
+            if row.reason != (why := unserved_reason(row.executor)):
+                changed.append({"id": row.id, "reason": why})
+        if changed:
+            s.execute(update(JobRow).execution_options(synchronize_session=False), changed)
+    return counts
+
+
 def register_worker(executor: str, capacity: Resources) -> str:
     """Record a new worker process and return its id."""
     import os

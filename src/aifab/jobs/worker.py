@@ -130,6 +130,7 @@ class Worker:
         if now - self._last_beat >= self.options.lease_s / 3:
             scheduler.heartbeat(self.id, self.options.lease_s)
             scheduler.recover_lost(self.executor.reap)
+            scheduler.mark_unserved()
             self._last_beat = now
         changed = self._watch()
         claims = scheduler.plan(

@@ -1,9 +1,11 @@
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 from sqlalchemy import text
@@ -171,3 +173,15 @@ def test_init_sweeps_stale_scratch_files(workspace: Path) -> None:
     os.utime(old, (1, 1))
     assert init_workspace()["stale_tmp_files_removed"] == 1
     assert not old.exists() and new.exists()
+
+
+def test_init_with_the_lake_on_an_object_store_prints_the_store(
+    s3_storage: str, workspace: Path, cli: Any
+) -> None:
+    """docs/team.md step 3: with AIFAB_STORAGE_URI, `aifab init` printed a local lake path."""
+    r = cli("init", "--json")
+    assert r.exit_code == 0, r.stderr
+    info = json.loads(r.stdout)
+    assert info["storage"] == s3_storage
+    assert info["lake"] == f"{s3_storage}/lake"
+    assert info["lake_cache"] == str(workspace / "lake")  # this machine's read-through cache

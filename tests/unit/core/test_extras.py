@@ -36,6 +36,38 @@ def test_ray_executor_without_ray_names_the_extra(tmp_path: Path) -> None:
     assert "pip install 'aifab[ray]'" in out.stdout, out.stderr[-2000:]
 
 
+def test_the_ray_extra_installs_the_ray_client() -> None:
+    """docs/team.md: `RAY_ADDRESS=ray://head:10001` with `pip install 'aifab[ray]'` needs Ray's
+    client (ray[client]: grpcio), which the extra did not install."""
+    import tomllib
+
+    pyproject = tomllib.loads((SRC.parent / "pyproject.toml").read_text())
+    (ray_req,) = pyproject["project"]["optional-dependencies"]["ray"]
+    assert ray_req.startswith("ray[client]")
+    pytest.importorskip("ray")
+    import importlib
+
+    importlib.import_module("ray.util.client.worker")  # what ray.init("ray://...") imports
+
+
+def test_a_ray_client_address_without_the_client_names_the_extra(tmp_path: Path) -> None:
+    # A module named ``grpc`` that fails to import stands in for an install without grpcio.
+    pytest.importorskip("ray")
+    (tmp_path / "grpc").mkdir()
+    (tmp_path / "grpc" / "__init__.py").write_text("raise ImportError('No module named grpc')\n")
+    code = (
+        "from aifab.jobs.executors.ray import RayExecutor\n"
+        "from aifab.core.extras import MissingExtraError\n"
+        "try:\n    RayExecutor('ray://127.0.0.1:1')._ray()\n"
+        "except MissingExtraError as e:\n    print(e.message)\n"
+    )
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), str(SRC)])}
+    out = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120
+    )
+    assert "pip install 'aifab[ray]'" in out.stdout, out.stderr[-2000:]
+
+
 def test_help_imports_no_heavy_package(tmp_path: Path) -> None:
     code = (
         "import sys\nsys.argv = ['aifab', '--help']\n"

@@ -9,6 +9,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -83,10 +84,14 @@ def test_a_ray_replica_ships_its_log_from_its_node(tmp_path: Path) -> None:
     # The actor's body is plain Python: run here as a Ray node would run it.
     store = get_store()
     key = "logs/jobs/job_x/attempt-1/replica-0.log"
-    local = tmp_path / "node" / key
     replica = ReplicaProcess()
-    replica.start([sys.executable, "-c", CODE], {}, None, str(local), (store.uri, key))
+    home = tmp_path / "node" / "job_x" / "attempt-1" / "replica-0"
+    local = home / key
+    replica.start(
+        [sys.executable, "-c", CODE], {}, None, str(local), (store.uri, key), node_home=str(home)
+    )
     assert replica.wait()["exit_code"] == 0
+    assert not (tmp_path / "node" / "job_x").exists()  # its node folder went with it
     data = EXPECTED.encode()
     assert read_stored(store, key, 0, 1 << 20) == (data, True)
     assert read_stored(store, key, 7, 10) == (data[7:17], False)  # by offset, across chunks
@@ -138,8 +143,41 @@ def test_a_ray_replica_that_cannot_reach_the_store_still_runs_and_says_why(
     local = tmp_path / "node" / "replica-0.log"
     replica = ReplicaProcess()
     info = replica.start(
-        [sys.executable, "-c", "print('hi')"], {}, None, str(local), ("nope://b", "k")
+        [sys.executable, "-c", "print('hi')"],
+        {},
+        None,
+        str(local),
+        ("nope://b", "k"),
+        node_home=str(local.parent),
     )
     assert "log_not_shipped" in info and "nope" in info["log_not_shipped"]
     assert replica.wait()["exit_code"] == 0
     assert local.read_text() == "hi\n"  # kept on its node
+
+
+def test_job_logs_without_follow_prints_a_log_shipped_from_another_node(
+    workspace: Path, tmp_path: Path, cli: Any
+) -> None:
+    """docs/team.md: a job's log is read "from any machine"; `aifab job logs JOB` (no -f) said
+    "no log yet ... try -f" for a finished job whose replica ran on another node."""
+    job = submit({"name": "t", "run": {"command": [sys.executable, "-c", "print('far away')"]}})
+    env = {
+        **os.environ,
+        "AIFAB_HOME": str(tmp_path / "node-b"),
+        "AIFAB_DB_URL": f"sqlite:///{workspace / 'aifab.db'}",
+    }
+    worker = subprocess.run(
+        [sys.executable, "-m", "aifab", "worker", "--poll", "0.1", "--exit-when-idle", "1"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+    assert worker.returncode == 0, worker.stderr[-1500:]
+    assert get_job(job["id"])["state"] == "succeeded"
+    assert not log_path(job["id"], 1).exists()  # only on the store
+    shown = cli("job", "logs", job["id"])
+    assert shown.exit_code == 0, shown.stderr
+    assert shown.stdout == "far away\n"
+    first = cli("job", "logs", job["id"], "--replica", "0", "--attempt", "1")
+    assert first.stdout == "far away\n"

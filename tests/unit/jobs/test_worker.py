@@ -216,3 +216,34 @@ def test_preemption_requeues_and_resumes_from_checkpoint(
     assert got_high["attempts"][0]["finished_at"] <= second["started_at"]
     assert progress.read_text().split() == ["1", "2"]  # resumed with the same checkpoint dir
     assert got_low["usage"]["wall_s"] > 0
+
+
+def test_a_job_whose_executor_no_worker_runs_says_which_worker_to_start(
+    make_worker: Callable[..., Any], drive_until: Drive, cli: Any
+) -> None:
+    """docs/team.md: a `--executor ray` job waited under `aifab worker` (executor local) with
+    no word why; the local worker runs its own jobs and names the worker the other one needs."""
+    far = service.submit({"name": "far", "executor": "ray", "run": {"command": ["true"]}})
+    near = sh("true")
+    drive_until(make_worker(), done(near["id"]))
+    job = service.get_job(far["id"])
+    assert job["state"] == "pending"
+    assert "aifab worker --executor ray" in job["reason"], job["reason"]
+    shown = cli("job", "show", far["id"])
+    assert "no running worker serves executor 'ray'" in " ".join(shown.stdout.split())
+
+
+def test_submitting_for_an_executor_no_worker_runs_says_so(cli: Any, tmp_path: Path) -> None:
+    spec = tmp_path / "job.yaml"
+    spec.write_text("name: far\nrun: {command: ['true']}\n")
+    out = cli("job", "submit", spec, "--executor", "ray")
+    assert out.exit_code == 0, out.stderr
+    assert "start one with 'aifab worker --executor ray'" in out.stderr
+
+
+def test_a_starting_worker_counts_the_jobs_waiting_for_another_executor(cli: Any) -> None:
+    service.submit({"name": "far", "executor": "ray", "run": {"command": ["true"]}})
+    out = cli("worker", "--exit-when-idle", "0.2", "--poll", "0.05")
+    assert out.exit_code == 0, out.stderr
+    assert "1 pending job(s) are for executor ray" in out.stdout
+    assert "'aifab worker --executor ray'" in out.stdout

@@ -65,6 +65,15 @@ def _node_log(path: Path, node_home: str) -> tuple[str, tuple[str, str] | None]:
     return f"{node_home}/{key}", (settings.storage_uri, key)
 
 
+def node_home(root: str, job_id: str, attempt: int, rank: int) -> str:
+    """A replica's own ``AIFAB_HOME`` on its node (with a store), removed when it ends.
+
+    One folder per replica: two replicas of a job on one node never share it, so each one's
+    log and lake cache go with it without waiting for the other.
+    """
+    return f"{root}/{job_id}/attempt-{attempt}/replica-{rank}"
+
+
 def _status(run: _Run) -> AttemptStatus:
     codes: list[int | None] = []
     reps: list[dict[str, Any]] = []
@@ -133,6 +142,8 @@ class RayExecutor:
         ray = require("ray", "the ray executor")
 
         if not ray.is_initialized():
+            if (self.address or os.environ.get("RAY_ADDRESS") or "").startswith("ray://"):
+                require("grpc", "the Ray client (a ray:// address)")
             quiet_ray_auth_notice()
             ray.init(
                 address=self.address,
@@ -204,11 +215,13 @@ class RayExecutor:
                 [
                     a.start.remote(
                         launch.argv,
-                        {**node_env(rl.env, f"{node_root}/{launch.job_id}"), **rendezvous},
+                        {**node_env(rl.env, home), **rendezvous},
                         None if settings.storage_uri else launch.workdir,
-                        *_node_log(rl.log_path, f"{node_root}/{launch.job_id}"),
+                        *_node_log(rl.log_path, home),
+                        node_home=home if settings.storage_uri else None,
                     )
                     for a, rl in zip(actors, reps, strict=True)
+                    for home in [node_home(node_root, launch.job_id, launch.attempt, rl.rank)]
                 ],
                 timeout=self.ready_timeout_s,
             )

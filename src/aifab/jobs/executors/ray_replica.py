@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -37,6 +38,7 @@ class ReplicaProcess:
         self._proc: subprocess.Popen[bytes] | None = None
         self._started = 0.0
         self._shipper: Any = None
+        self._home: Path | None = None
 
     def free_port(self) -> int:
         """A TCP port free on this node (rank 0 hosts the rendezvous)."""
@@ -51,12 +53,20 @@ class ReplicaProcess:
         cwd: str | None,
         log_path: str,
         ship_to: tuple[str, str] | None = None,
+        node_home: str | None = None,
     ) -> dict[str, Any]:
         """Start the replica; return its pid (= process group) and start time.
 
         ``ship_to`` (storage URI, log key): also copy the log to the object store in chunks
-        while the replica runs, for the head and any other machine to read.
+        while the replica runs, for the head and any other machine to read. ``node_home``:
+        the replica's own folder on this node (its log, lake cache, scratch), removed once the
+        replica has exited and its log is on the store.
         """
+        # A replica that submits Ray jobs itself (a pipeline's `executor: ray` step) joins
+        # this cluster instead of starting a Ray instance on the node.
+        joined = "RAY_ADDRESS" in env or "RAY_ADDRESS" in os.environ
+        if not joined and (address := _cluster_address()):
+            env = {**env, "RAY_ADDRESS": address}
         Path(log_path).parent.mkdir(parents=True, exist_ok=True)
         if sys.platform.startswith("linux"):
             argv = [sys.executable, "-c", _EXEC, str(os.getpid()), *argv]
@@ -82,6 +92,8 @@ class ReplicaProcess:
             except Exception as exc:  # noqa: BLE001 - the replica runs; the head says why
                 # (a node without the store's credentials): its log stays on this node.
                 info["log_not_shipped"] = f"{type(exc).__name__}: {exc}".splitlines()[0]
+            else:
+                self._home = Path(node_home) if node_home else None
         return info
 
     def wait(self) -> dict[str, Any]:
@@ -98,6 +110,8 @@ class ReplicaProcess:
         self._proc.returncode = os.waitstatus_to_exitcode(status)
         if self._shipper is not None:  # all of the log is on the store before the exit is known
             self._shipper.close()
+        if self._home is not None:
+            _remove_home(self._home)
         return {
             "exit_code": self._proc.returncode,
             "wall_s": time.monotonic() - self._started,
@@ -117,3 +131,21 @@ class ReplicaProcess:
                 os.killpg(pgid, 0)
                 time.sleep(_TICK_S)
         signal_group(pgid, signal.SIGKILL)
+
+
+def _cluster_address() -> str | None:
+    """The GCS address of the Ray cluster this actor runs in (None outside a Ray worker)."""
+    ray = sys.modules.get("ray")  # imported already in a Ray worker; never imported here
+    if ray is None or not ray.is_initialized():
+        return None
+    return str(ray.get_runtime_context().gcs_address) or None
+
+
+def _remove_home(home: Path) -> None:
+    """Remove a replica's node folder, then its attempt's and job's folders once empty."""
+    shutil.rmtree(home, ignore_errors=True)
+    for parent in (home.parent, home.parent.parent):
+        try:
+            parent.rmdir()
+        except OSError:  # another replica of the job still uses it on this node
+            return

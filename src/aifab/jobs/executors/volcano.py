@@ -48,6 +48,7 @@ from aifab.core.extras import require
 from aifab.core.settings import get_settings
 from aifab.jobs.executors.base import AttemptStatus, Launch, ReplicaLaunch
 from aifab.jobs.launch import node_env
+from aifab.jobs.pod_reach import reach_warnings, store_env
 from aifab.jobs.pod_spec import PodSpec
 from aifab.jobs.policy import Node
 from aifab.jobs.resources import Resources
@@ -91,9 +92,12 @@ def _pod_env(
     # With a store, the pod's own scratch workspace: paths under the submitter's (checkpoints)
     # map to the same store keys under the pod's, as for a Ray node.
     out = node_env(out, POD_HOME)
-    # Not a secret: where runs are tracked. The DB URL carries a password: a Secret.
+    # Not secrets: where runs are tracked, the store's endpoint and region (MinIO). The DB URL
+    # carries a password: a Secret.
     if settings.tracking_uri:
         out.setdefault("AIFAB_TRACKING_URI", settings.tracking_uri)
+    for key, value in store_env().items():
+        out.setdefault(key, value)
     out.update({"LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "1"})
     return [{"name": k, "value": v} for k, v in sorted(out.items())]
 
@@ -206,8 +210,7 @@ class VolcanoExecutor:
         """Render, validate and create the Job; return ``{namespace, name, ...}`` as the handle."""
         manifest = self.render_job(launch)
         validate(manifest)
-        recipe = bool((launch.spec.get("run") or {}).get("recipe"))
-        if warning := image_warning(self.image, recipe=recipe):
+        for warning in manifest_warnings(manifest, launch.spec):
             log.warning("job %s: %s", launch.job_id, warning)
         name, api = manifest["metadata"]["name"], self._api()
         try:
@@ -379,6 +382,8 @@ def dry_run_manifest(
             that is not a DNS name).
     """
     job = as_config(JobSpec, spec, source="job spec")
+    if image and job.pod.image:  # the command line overrides the file, as every option does
+        job = job.model_copy(update={"pod": job.pod.model_copy(update={"image": image})})
     manifest = VolcanoExecutor(namespace, image, dry_run=True).render_job(_dry_launch(job))
     validate(manifest)
     return manifest
@@ -394,7 +399,8 @@ def dry_run_job(
 
     The stream holds what the Job references, then the Job: its Queue (the aifab queue's
     weight and capability when it exists here), its PriorityClass (priority other than 0),
-    each validated. A recipe job in a bare Python image gets a warning comment on top.
+    each validated. ``image`` overrides ``pod.image``. What the pods would lack (aifab in a
+    bare Python image, a setting they cannot reach) is a warning comment on top.
     """
     job = as_config(JobSpec, spec, source="job spec")
     manifest = dry_run_manifest(job, namespace=namespace, image=image)
@@ -403,10 +409,20 @@ def dry_run_job(
         referenced.append(render_priority_class(job.priority))
     for m in referenced:
         validate(m)
-    container = manifest["spec"]["tasks"][0]["template"]["spec"]["containers"][0]
-    warning = image_warning(str(container["image"]), recipe=job.run.recipe is not None)
-    head = f"# warning: {warning}\n" if warning else ""
+    head = "".join(
+        f"# warning: {w}\n" for w in manifest_warnings(manifest, job.model_dump(mode="json"))
+    )
     return head + to_yaml(*referenced, manifest)
+
+
+def manifest_warnings(manifest: Mapping[str, Any], spec: Mapping[str, Any]) -> list[str]:
+    """What the Job's pods would lack: aifab in their image, or a setting they can reach."""
+    container = manifest["spec"]["tasks"][0]["template"]["spec"]["containers"][0]
+    recipe = bool((spec.get("run") or {}).get("recipe"))
+    out = [w] if (w := image_warning(str(container["image"]), recipe=recipe)) else []
+    env = {e["name"]: e.get("value") for e in container.get("env", []) if "value" in e}
+    secrets = {e["name"] for e in container.get("env", []) if "valueFrom" in e}
+    return out + reach_warnings(env, secrets, recipe=recipe)
 
 
 #: Images without aifab: official Python images, by any registry path or tag.
