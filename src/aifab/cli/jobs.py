@@ -261,6 +261,7 @@ def logs_command(
     from aifab.jobs.service import get_job
 
     job = get_job(job_id)
+    job_id = job["id"]  # a unique prefix names the job
     replicas = int(job["spec"]["replicas"])
     if not 0 <= replica < replicas:
         raise InvalidInputError(f"--replica {replica}: job {job_id} has ranks 0..{replicas - 1}")

@@ -15,6 +15,7 @@ from aifab.core.audit import record_event
 from aifab.core.config import as_config
 from aifab.core.db import session_scope
 from aifab.core.errors import ConflictError, InvalidInputError, NotFoundError
+from aifab.core.id_prefix import complete_id
 from aifab.core.ids import new_id
 from aifab.core.names import SLUG, SLUG_RULE, check_name
 from aifab.jobs.admission import check_admission
@@ -130,7 +131,7 @@ def job_dict(row: JobRow) -> dict[str, Any]:
 
 
 def _job(session: Session, job_id: str) -> JobRow:
-    row = session.get(JobRow, job_id)
+    row = session.get(JobRow, complete_id(session, JobRow.id, job_id, "job"))
     if row is None:
         raise NotFoundError(f"job {job_id!r} not found (see 'aifab job list')")
     return row
@@ -158,6 +159,7 @@ def get_job(job_id: str) -> dict[str, Any]:
     """One job with its attempts and events (a pending job's ``reason`` says why it waits)."""
     with session_scope() as s:
         row = _job(s, job_id)
+        job_id = row.id  # what the caller typed may be a prefix
         out = job_dict(row)
         out["attempts"] = [
             {
@@ -188,6 +190,7 @@ def cancel(job_id: str) -> dict[str, Any]:
     """Cancel a job: a pending one at once, a running one by asking its worker to stop it."""
     with session_scope() as s:
         row = _job(s, job_id)
+        job_id = row.id  # what the caller typed may be a prefix
         if row.state in FINAL:
             raise ConflictError(f"job {job_id} already {row.state}")
         if row.state == "pending":
@@ -203,6 +206,7 @@ def retry(job_id: str) -> dict[str, Any]:
     """Queue a failed or cancelled job again (same id; its attempts continue)."""
     with session_scope() as s:
         row = _job(s, job_id)
+        job_id = row.id  # what the caller typed may be a prefix
         if row.state not in ("failed", "cancelled"):
             raise ConflictError(f"job {job_id} is {row.state}: only failed or cancelled jobs retry")
         row.state, row.reason, row.stop_request = "pending", "retried by user", None
@@ -360,6 +364,7 @@ def job_result(job_id: str) -> dict[str, Any] | None:
 
     with session_scope() as s:
         row = _job(s, job_id)
+        job_id = row.id  # what the caller typed may be a prefix
         if row.state != "succeeded":
             return None
         path = result_path(job_id, row.attempt)

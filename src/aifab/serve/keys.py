@@ -20,6 +20,7 @@ from aifab.core.actor import current_actor
 from aifab.core.audit import record_event
 from aifab.core.db import session_scope
 from aifab.core.errors import InvalidInputError, NotFoundError
+from aifab.core.id_prefix import complete_id
 from aifab.core.ids import new_id
 from aifab.core.names import LABEL, NAME, TEAM, is_full_match
 from aifab.serve.tables import ApiKeyRow, UiSessionRow
@@ -314,7 +315,7 @@ def list_keys(*, include_revoked: bool = True) -> list[dict[str, Any]]:
 def get_key(key_id: str) -> dict[str, Any]:
     """One key's record. Raises NotFoundError for an unknown id."""
     with session_scope() as s:
-        row = s.get(ApiKeyRow, key_id)
+        row = s.get(ApiKeyRow, complete_id(s, ApiKeyRow.id, key_id, "API key"))
         if row is None:
             raise NotFoundError(f"no API key {key_id!r} (see 'aifab keys list')")
         return _record(row)
@@ -329,9 +330,10 @@ def revoke_key(key_id: str) -> dict[str, Any]:
         NotFoundError: no key has this id.
     """
     with session_scope() as s:
-        row = s.get(ApiKeyRow, key_id)
+        row = s.get(ApiKeyRow, complete_id(s, ApiKeyRow.id, key_id, "API key"))
         if row is None:
             raise NotFoundError(f"no API key {key_id!r} (see 'aifab keys list')")
+        key_id = row.id  # what the caller typed may be a prefix
         if row.revoked_at is None:
             row.revoked_at = time.time()
             record_event(s, "key.revoke", f"key:{key_id}", {"name": row.name, "role": row.role})

@@ -38,13 +38,39 @@ def _summary(run: Any, experiments: dict[str, str]) -> dict[str, Any]:
     }
 
 
+#: Runs scanned for an abbreviated run id (newest first): a prefix names a recent run.
+PREFIX_SCAN = 5000
+
+
 def _fetch(run_id: str) -> Any:
     from mlflow.exceptions import MlflowException
 
     try:
         return get_client().get_run(run_id)
     except MlflowException as exc:
-        raise translate_error(exc, f"run {run_id!r}") from None
+        full = _complete(run_id)
+        if full is None:
+            raise translate_error(exc, f"run {run_id!r}") from None
+    return get_client().get_run(full)
+
+
+def _complete(prefix: str) -> str | None:
+    """The one recent run whose id starts with ``prefix`` (as git takes short hashes).
+
+    Raises:
+        InvalidInputError: several runs start with it.
+    """
+    if len(prefix) < 4 or not prefix.isalnum():
+        return None
+    client = get_client()
+    ids = [e.experiment_id for e in client.search_experiments()]
+    if not ids:
+        return None
+    runs = client.search_runs(ids, max_results=PREFIX_SCAN, order_by=["attributes.start_time DESC"])
+    found = sorted({r.info.run_id for r in runs if r.info.run_id.startswith(prefix)})
+    if len(found) > 1:
+        raise InvalidInputError(f"run {prefix!r} is ambiguous: it starts {', '.join(found[:5])}")
+    return found[0] if found else None
 
 
 def list_runs(
@@ -176,6 +202,7 @@ def get_run(run_id: str, *, history: bool = False) -> dict[str, Any]:
         NotFoundError: no run has this id.
     """
     run = _fetch(run_id)
+    run_id = run.info.run_id  # what the caller typed may be a prefix
     exp = get_client().get_experiment(run.info.experiment_id)
     out = _summary(run, {exp.experiment_id: exp.name})
     out.update(
