@@ -13,7 +13,7 @@ from typing import Any
 
 import typer
 
-from aifab.cli import data_features, data_ingest, data_label, data_quality
+from aifab.cli import data_features, data_ingest, data_label, data_quality, fast_reads
 from aifab.cli.output import JSON_HELP, emit, print_json, when
 
 app = typer.Typer(
@@ -51,9 +51,11 @@ def _emit_table(table: Any, as_json: bool) -> None:
 @app.command("list")
 def list_(as_json: bool = typer.Option(False, "--json", help=JSON_HELP)) -> None:
     """List datasets with their latest version."""
-    from aifab.data import list_datasets
+    rows = fast_reads.list_datasets()
+    if rows is None:
+        from aifab.data import list_datasets
 
-    rows = list_datasets()
+        rows = list_datasets()
     if not as_json:
         rows = [{**r, "updated_at": when(r["updated_at"])} for r in rows]
     emit(rows, as_json, ["name", "latest", "versions", "rows", "columns", "updated_at"])
