@@ -43,10 +43,11 @@ def workspace_db_path(file_name: str, url_setting: str) -> Path | None:
     try:
         if _setting(url_setting):
             return None
-        home = _setting(_HOME) or ".aifab"
+        home = _setting(_HOME)
     except LookupError:
         return None
-    return Path(home).expanduser().resolve() / file_name
+    # As Settings reads it: unset is the default, set but empty is the current directory.
+    return Path(".aifab" if home is None else home).expanduser().resolve() / file_name
 
 
 def metadata_db_path() -> Path | None:

@@ -114,7 +114,7 @@ def test_settings_spelled_otherwise_take_the_orm_path(
     assert fast_reads.list_datasets() is None
 
 
-@pytest.mark.parametrize("home", ["rel/ws", "~/ws", None])
+@pytest.mark.parametrize("home", ["rel/ws", "~/ws", "", None])
 def test_the_fast_path_reads_the_file_the_settings_name(
     home: str | None, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
