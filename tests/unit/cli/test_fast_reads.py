@@ -16,24 +16,26 @@ from aifab.core.db import reset_engines
 from aifab.core.schema_version import VERSION_TABLE
 from aifab.core.settings import get_settings
 from aifab.core.sqlite_read import metadata_db_path
-from aifab.data import ingest, list_datasets
+from aifab.data import commit_query, ingest, list_datasets, resolve
 
 SRC = Path(__file__).resolve().parents[3] / "src"
 
 
 @pytest.fixture
 def datasets(tmp_path: Path, workspace: Path) -> None:
-    """Three datasets, one with two versions of different widths, one with a description."""
+    """Three datasets: one with two versions of different widths, one derived from two."""
     (tmp_path / "a.csv").write_text("x,y\n1,2\n3,4\n")
     (tmp_path / "b.csv").write_text("x,y,z\n1,2,3\n")
     (tmp_path / "c.jsonl").write_text('{"k": "v", "n": 1.5}\n')
     ingest("zeta", tmp_path / "a.csv")
     ingest("zeta", tmp_path / "b.csv")
     ingest("alpha", tmp_path / "c.jsonl")
-    ingest("mid", tmp_path / "a.csv")
-    # Derived datasets get descriptions (commit_query's); set one directly for brevity.
-    with sqlite3.connect(workspace / "aifab.db") as conn:
-        conn.execute("UPDATE datasets SET description = 'as zeta@1' WHERE name = 'mid'")
+    # Derived from two parents (lineage, in the parents' order), with a description.
+    parents = [resolve("zeta@1"), resolve("alpha")]
+    sql = "SELECT 1 AS x, 'a' AS y"
+    commit_query(
+        "mid", sql, source="q", transform={"kind": "q"}, parents=parents, description="as zeta@1"
+    )
 
 
 def test_list_datasets_matches_the_service_function(datasets: None) -> None:
@@ -69,11 +71,44 @@ def test_data_list_prints_what_the_orm_path_prints(
     assert "zeta@2" in fast.stdout
 
 
-def test_data_list_in_a_fresh_process_imports_no_orm(datasets: None) -> None:
+@pytest.mark.parametrize("ref", ["zeta", "zeta@1", "mid", "mid@1"])
+def test_resolve_matches_the_service_function(datasets: None, ref: str) -> None:
+    fast = fast_reads.resolve(ref)
+    assert fast == resolve(ref).to_dict(with_profile=True)
+    assert list(fast or {}) == [*resolve(ref).to_dict(with_profile=True)]  # the JSON's order
+    if ref.startswith("mid"):
+        assert fast is not None and fast["parents"] == ["zeta@1", "alpha@1"]
+
+
+@pytest.mark.parametrize(
+    "ref", ["zeta", "zeta@1", "mid", "zeta@v2", "zeta@latest", "zeta@9", "nope", "bad name"]
+)
+@pytest.mark.parametrize("as_json", [False, True])
+def test_data_show_prints_what_the_orm_path_prints(
+    datasets: None, cli, workspace: Path, monkeypatch: pytest.MonkeyPatch, ref: str, as_json: bool
+) -> None:
+    args = ["data", "show", ref, *(["--json"] if as_json else [])]
+    fast = cli(*args)
+    monkeypatch.setenv("AIFAB_DB_URL", f"sqlite:///{workspace / 'aifab.db'}")
+    reset_engines()
+    assert fast_reads.resolve("zeta") is None
+    slow = cli(*args)
+    assert (fast.exit_code, fast.stdout, fast.stderr) == (slow.exit_code, slow.stdout, slow.stderr)
+
+
+def test_refs_the_fast_path_leaves_to_the_service_function(datasets: None) -> None:
+    for ref in ("zeta@v2", "zeta@latest", "zeta@", " zeta", "zeta@123456", "nope", "zeta@9"):
+        assert fast_reads.resolve(ref) is None, ref
+
+
+@pytest.mark.parametrize(("args", "name"), [(["list"], "alpha"), (["show", "mid"], "mid")])
+def test_data_list_and_show_in_a_fresh_process_import_no_orm(
+    datasets: None, args: list[str], name: str
+) -> None:
     probe = (
         "import sys\n"
         "from aifab.cli.main import main\n"
-        "sys.argv = ['aifab', 'data', 'list', '--json']\n"
+        f"sys.argv = ['aifab', 'data', *{args!r}, '--json']\n"
         "try:\n"
         "    main()\n"
         "except SystemExit as exc:\n"
@@ -87,7 +122,8 @@ def test_data_list_in_a_fresh_process_imports_no_orm(datasets: None) -> None:
         [sys.executable, "-c", probe], env=env, capture_output=True, text=True, check=False
     )
     assert done.returncode == 0, done.stderr[-2000:]
-    assert json.loads(done.stdout[: done.stdout.index("HEAVY")])[0]["name"] == "alpha"
+    out = json.loads(done.stdout[: done.stdout.index("HEAVY")])
+    assert (out[0]["name"] if isinstance(out, list) else out["dataset"]) == name
     assert done.stdout.strip().endswith("HEAVY []")
 
 
