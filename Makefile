@@ -6,7 +6,8 @@ PYTHON ?= python3
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.aifab-installed
-PYTEST_ARGS ?= -n 2 --dist loadfile
+# --durations=30: the log ends with the 30 slowest tests, where the suite's time goes.
+PYTEST_ARGS ?= -n 2 --dist loadfile --durations=30
 
 .PHONY: install lock system-tools demo test check lint bench-data bench-ingest bench-tracking clean
 

@@ -13,7 +13,7 @@ from typing import Any
 
 import typer
 
-from aifab.cli import data_features, data_ingest, data_label, data_quality
+from aifab.cli import data_features, data_ingest, data_label, data_quality, fast_reads
 from aifab.cli.output import JSON_HELP, emit, print_json, when
 
 app = typer.Typer(
@@ -51,9 +51,11 @@ def _emit_table(table: Any, as_json: bool) -> None:
 @app.command("list")
 def list_(as_json: bool = typer.Option(False, "--json", help=JSON_HELP)) -> None:
     """List datasets with their latest version."""
-    from aifab.data import list_datasets
+    rows = fast_reads.list_datasets()
+    if rows is None:
+        from aifab.data import list_datasets
 
-    rows = list_datasets()
+        rows = list_datasets()
     if not as_json:
         rows = [{**r, "updated_at": when(r["updated_at"])} for r in rows]
     emit(rows, as_json, ["name", "latest", "versions", "rows", "columns", "updated_at"])
@@ -66,32 +68,35 @@ def show(
     as_json: bool = typer.Option(False, "--json", help=JSON_HELP),
 ) -> None:
     """Show one version: schema, row count, source, transform, parents (and profile)."""
-    from dataclasses import replace
+    d = None if profile else fast_reads.resolve(ref)
+    if d is None:
+        from dataclasses import replace
 
-    from aifab.data import resolve
-    from aifab.data.catalog import ensure_profile
+        from aifab.data import resolve
+        from aifab.data.catalog import ensure_profile
 
-    v = resolve(ref)
-    if profile:
-        v = replace(v, profile=ensure_profile(v))
+        v = resolve(ref)
+        if profile:
+            v = replace(v, profile=ensure_profile(v))
+        d = v.to_dict(with_profile=True)
     if as_json:
-        print_json(v.to_dict(with_profile=profile))
+        print_json(d if profile else {k: value for k, value in d.items() if k != "profile"})
         return
     emit(
         {
-            "ref": v.ref,
-            "rows": v.num_rows,
-            "bytes": v.num_bytes,
-            "hash": v.content_hash,
-            "source": v.source,
-            "transform": v.transform,
-            "parents": ", ".join(v.parents),
-            "created": f"{when(v.created_at)} by {v.created_by}",
+            "ref": d["ref"],
+            "rows": d["num_rows"],
+            "bytes": d["num_bytes"],
+            "hash": d["content_hash"],
+            "source": d["source"],
+            "transform": d["transform"],
+            "parents": ", ".join(d["parents"]),
+            "created": f"{when(d['created_at'])} by {d['created_by']}",
         },
         False,
-        title=v.ref,
+        title=d["ref"],
     )
-    cols = v.profile.get("columns", {})
+    cols = d["profile"].get("columns", {})
     emit(
         [
             {
@@ -103,7 +108,7 @@ def show(
                 "max": cols.get(c["name"], {}).get("max"),
                 "mean": cols.get(c["name"], {}).get("mean"),
             }
-            for c in v.schema
+            for c in d["schema"]
         ],
         False,
         title="schema" + (" and profile" if profile else ""),

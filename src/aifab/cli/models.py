@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import typer
 
-from aifab.cli import models_card, models_export, models_zoo
+from aifab.cli import fast_runs, models_card, models_export, models_zoo
 from aifab.cli.output import JSON_HELP, emit, when
 
 models_app = typer.Typer(
@@ -21,9 +21,11 @@ _VERSION_COLUMNS = ["version", "aliases", "run_id", "source", "status", "created
 @models_app.command("list")
 def list_command(as_json: bool = typer.Option(False, "--json", help=JSON_HELP)) -> None:
     """List registered models with their latest version and aliases."""
-    from aifab.track import list_models
+    rows = fast_runs.list_models()
+    if rows is None:
+        from aifab.track import list_models
 
-    rows = list_models()
+        rows = list_models()
     if not as_json:
         rows = [{**r, "updated_at": when(r["updated_at"])} for r in rows]
     emit(rows, as_json, _MODEL_COLUMNS)

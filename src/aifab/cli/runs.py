@@ -6,6 +6,7 @@ from typing import Any
 
 import typer
 
+from aifab.cli import fast_runs
 from aifab.cli.output import JSON_HELP, emit, print_json, print_table, when
 
 runs_app = typer.Typer(help="List, show and compare training runs.", no_args_is_help=True)
@@ -28,9 +29,11 @@ def list_command(
     as_json: bool = typer.Option(False, "--json", help=JSON_HELP),
 ) -> None:
     """List recent runs."""
-    from aifab.track import list_runs
+    rows = fast_runs.list_runs(experiment=experiment, limit=limit)
+    if rows is None:
+        from aifab.track import list_runs
 
-    rows = list_runs(experiment=experiment, limit=limit)
+        rows = list_runs(experiment=experiment, limit=limit)
     if not as_json:
         rows = [
             {**r, "started": when(r["start_time"]), "metrics": _metric_summary(r["metrics"])}

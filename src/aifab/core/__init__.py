@@ -5,22 +5,47 @@ No torch, mlflow, ray or fastapi here: everything imports this package.
 
 from __future__ import annotations
 
+import importlib
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from aifab.core.actor import acting_as, current_actor
-from aifab.core.audit import ChainReport, audited, list_events, record_event, verify_chain
-from aifab.core.db import SCHEMA_REVISION, get_engine, session_scope
-from aifab.core.errors import (
-    AifabError,
-    ConflictError,
-    IntegrityError,
-    InvalidInputError,
-    NotFoundError,
-)
-from aifab.core.settings import Settings, get_settings
-from aifab.core.storage import get_store
-from aifab.core.workspace import Workspace, get_workspace
+if TYPE_CHECKING:
+    from aifab.core.actor import acting_as, current_actor
+    from aifab.core.audit import ChainReport, audited, record_event
+    from aifab.core.db import get_engine, session_scope
+    from aifab.core.errors import (
+        AifabError,
+        ConflictError,
+        IntegrityError,
+        InvalidInputError,
+        NotFoundError,
+    )
+    from aifab.core.schema_version import SCHEMA_REVISION
+    from aifab.core.settings import Settings, get_settings
+    from aifab.core.workspace import Workspace, get_workspace
+
+#: Public name -> defining module. Resolved on first use: every aifab module imports something
+#: from ``aifab.core``, and eager imports here would make each of them pay for SQLAlchemy and
+#: pydantic-settings (the CLI's read-only commands read SQLite without either).
+_EXPORTS = {
+    "acting_as": "aifab.core.actor",
+    "current_actor": "aifab.core.actor",
+    "ChainReport": "aifab.core.audit",
+    "audited": "aifab.core.audit",
+    "record_event": "aifab.core.audit",
+    "get_engine": "aifab.core.db",
+    "session_scope": "aifab.core.db",
+    "AifabError": "aifab.core.errors",
+    "ConflictError": "aifab.core.errors",
+    "IntegrityError": "aifab.core.errors",
+    "InvalidInputError": "aifab.core.errors",
+    "NotFoundError": "aifab.core.errors",
+    "SCHEMA_REVISION": "aifab.core.schema_version",
+    "Settings": "aifab.core.settings",
+    "get_settings": "aifab.core.settings",
+    "Workspace": "aifab.core.workspace",
+    "get_workspace": "aifab.core.workspace",
+}
 
 __all__ = [
     "AifabError",
@@ -46,8 +71,21 @@ __all__ = [
 ]
 
 
+def __getattr__(name: str) -> Any:
+    if name not in _EXPORTS:
+        raise AttributeError(f"module 'aifab.core' has no attribute {name!r}")
+    return getattr(importlib.import_module(_EXPORTS[name]), name)
+
+
 def init_workspace() -> dict[str, Any]:
     """Create the workspace directories and migrate the metadata DB; report where things are."""
+    from aifab.core.audit import record_event
+    from aifab.core.db import get_engine, session_scope
+    from aifab.core.schema_version import SCHEMA_REVISION
+    from aifab.core.settings import get_settings
+    from aifab.core.storage import get_store
+    from aifab.core.workspace import get_workspace
+
     settings = get_settings()
     ws = get_workspace(settings)
     get_engine()
@@ -75,6 +113,9 @@ def verify_audit(anchors: Path | None = None) -> ChainReport:
     Args:
         anchors: an exported anchor file to check too (see :func:`aifab.core.audit.write_anchor`).
     """
+    from aifab.core.audit import verify_chain
+    from aifab.core.db import session_scope
+
     with session_scope() as s:
         return verify_chain(s, anchors)
 
@@ -104,6 +145,9 @@ def audit_events(
         before: only events with a smaller id (the page after the one ending there).
         after: only the oldest events with a larger id (the page before the one starting there).
     """
+    from aifab.core.audit import list_events
+    from aifab.core.db import session_scope
+
     with session_scope() as s:
         return [
             {

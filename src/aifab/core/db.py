@@ -17,12 +17,11 @@ from typing import Any
 from sqlalchemy import Engine, create_engine, event, inspect, text
 from sqlalchemy.orm import DeclarativeBase, Session, sessionmaker
 
+# Re-exported: callers and migrations import them from here.
+from aifab.core.schema_version import SCHEMA_REVISION as SCHEMA_REVISION
+from aifab.core.schema_version import VERSION_TABLE as VERSION_TABLE
 from aifab.core.settings import get_settings
 
-#: The Alembic revision this code expects; a test checks it equals the migrations' head.
-SCHEMA_REVISION = "0018"
-#: aifab's own Alembic version table (Optuna, sharing the DB, uses ``alembic_version``).
-VERSION_TABLE = "aifab_schema_version"
 #: PostgreSQL advisory lock every aifab transaction holds (any fixed 64-bit number).
 TXN_LOCK_KEY = 0x616966616254584E
 
