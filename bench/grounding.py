@@ -10,11 +10,12 @@ conversation's numbers). Baseline: the same decoding unconstrained. Goal: ground
 time <= 1.2x.
 
 Part 2 (``--model agent-lm``, in the workspace ``AIFAB_HOME`` where
-``examples/agents/pipeline.yaml`` ran; any registered tool-use LM of that prompt format): 60 held-out (question, tool result, expected answer)
-conversations whose results are shaped like DuckDB's (counts of 1-6 digits, averages as full
-float reprs, dates, emails with digits), answered by the tuned LM in-process, greedy, as the
-agent's answer step is: the share of answers whose numbers are exactly the result's, with
-grounding and without. Goal: >= 0.98 with grounding.
+``examples/agents/pipeline.yaml`` ran; any registered tool-use LM of that prompt format):
+60 held-out (question, tool result, expected answer) conversations whose results are shaped
+like DuckDB's (counts of 1-6 digits, averages as full float reprs, dates, emails with
+digits), answered by the LM in-process, greedy, as the agent's answer step is: the share of
+answers whose numbers are exactly the result's, with grounding and without. Goal: >= 0.98
+with grounding.
 
     .venv/bin/python bench/grounding.py
     AIFAB_HOME=DIR .venv/bin/python bench/grounding.py --model agent-lm
