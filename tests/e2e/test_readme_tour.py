@@ -4,7 +4,8 @@ The README is this test's input, so a changed README is tested by the next run. 
 starts as `make demo` leaves it (``aifab demo``), in a fresh directory holding copies of the
 checkout's ``examples/``, ``docs/`` and README (what a reader of a fresh clone has). Commands that
 cannot run here, or take minutes, are skipped with the reason printed; commands the README
-shows failing on purpose must fail.
+shows failing on purpose must fail. An ``aifab agents run`` must answer with a number of its
+SQL result (read from the run's trace).
 """
 
 from __future__ import annotations
@@ -75,6 +76,8 @@ def test_readme_tour_runs_as_written(tour: Tour) -> None:
             outcomes.append(Outcome(command, 0, "", 0.0, skipped=reason))
             continue
         outcome = tour.run(command)
+        if _is_agent_run(command) and not _failed(outcome):
+            outcome = _check_agent_answer(tour, outcome)
         outcomes.append(outcome)
         state = "ok" if not _failed(outcome) else f"FAILED (exit {outcome.returncode})"
         print(f"README line {command.line}: {state} in {outcome.seconds:.1f} s: {command.text}")
@@ -87,6 +90,47 @@ def test_readme_tour_runs_as_written(tour: Tour) -> None:
     )
     ran = sum(1 for o in outcomes if not o.skipped)
     assert not broken, f"{len(broken)} of {ran} README commands do not work as written:\n{detail}"
+
+
+def _is_agent_run(command: Command) -> bool:
+    return "aifab agents run " in command.code
+
+
+def _check_agent_answer(tour: Tour, outcome: Outcome) -> Outcome:
+    """An agent's answer must hold its SQL result's number (issue 35): not just any words.
+
+    The run's trace (the newest run) gives the answer and the ``sql`` steps' rows; an answer
+    without one of the rows' numbers turns the command's outcome into a failure.
+    """
+    look = Command(
+        "aifab agents trace $(aifab agents runs --json | jq -r '.[0].id') --json",
+        outcome.command.line,
+        outcome.command.section,
+    )
+    traced = tour.run(look)
+    why = ""
+    try:
+        trace = json.loads(traced.output[traced.output.index("{") :])
+        rows = [
+            row
+            for step in trace["trace"]
+            if step["kind"] == "tool" and step["name"] == "sql" and not step.get("error")
+            for row in (step.get("output") or {}).get("rows", [])
+        ]
+        numbers = {str(v) for row in rows for v in row.values() if isinstance(v, int | float)} - {
+            "True",
+            "False",
+        }
+        answer = str(trace.get("answer") or "")
+        if not numbers:
+            why = f"the run has no numeric SQL result to check: {trace['trace']!r:.600}"
+        elif not any(n in answer for n in numbers):
+            why = f"the answer {answer!r} holds none of the SQL result's numbers {sorted(numbers)}"
+    except (ValueError, KeyError, TypeError) as exc:
+        why = f"cannot read the run's trace ({exc!r}): {traced.output[-800:]}"
+    if not why:
+        return outcome
+    return Outcome(outcome.command, 1, outcome.output + "\n" + why, outcome.seconds)
 
 
 def _failed(outcome: Outcome) -> bool:

@@ -8,6 +8,9 @@ tool, the framework runs it (real aifab SQL over a small ingested table), the mo
 words. The frameworks' tools have the analyst's names, descriptions and parameter schemas, so
 the prompt aifab renders is the one the model was trained on. Argument values may be off (the
 model is barely trained); the tool name, the call/answer shape and a non-empty answer may not.
+The frameworks run at their default settings (no temperature, no max_tokens: issue 35), so the
+deployment's defaults apply, as the agents example deploys agent-lm: greedy, and answers after
+tool results grounded in the question's and the results' numbers.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ import asyncio
 import gzip
 import json
 import os
+import re
 import subprocess
 import sys
 from collections.abc import Callable, Iterator
@@ -101,7 +105,9 @@ def server(tool_lm: None, live_server: Callable[..., Any]) -> Iterator[tuple[str
     from aifab.inference.deployments import create_deployment
     from aifab.serve.keys import create_key
 
-    create_deployment("tool-lm@1", name="tool-lm", max_batch_size=4, max_wait_ms=5)
+    # As the agents example deploys agent-lm: greedy, 160 tokens, grounded answers by default.
+    options = {"temperature": 0, "max_tokens": 160, "grounded_numbers": True}
+    create_deployment("tool-lm@1", name="tool-lm", max_batch_size=4, max_wait_ms=5, options=options)
     _, secret = create_key("client", name="agents", rate=None, token_quota=None)
     live = live_server(reconcile_interval_s=0.2)
     yield f"{live.url}/v1", secret
@@ -117,21 +123,28 @@ class Calls:
             predict_tool({"deployment": "churn"}, ToolContext()),
         ]
         self.made: list[tuple[str, dict[str, Any]]] = []
+        self.results: list[str] = []
 
     def run(self, name: str, arguments: dict[str, Any]) -> str:
         """Run a tool as aifab's agent loop would: its result (or error) as JSON text."""
         self.made.append((name, arguments))
         [tool] = [t for t in self.tools if t.name == name]
         try:
-            return json.dumps(tool.fn(**arguments))
+            result = json.dumps(tool.fn(**arguments))
         except (ToolError, TypeError) as exc:
-            return json.dumps({"error": str(exc)})
+            result = json.dumps({"error": str(exc)})
+        self.results.append(result)
+        return result
 
 
 def _check(calls: Calls, answer: str) -> None:
     assert [name for name, _ in calls.made] == ["sql"], calls.made
     assert isinstance(calls.made[0][1].get("query"), str)
     assert answer.strip() != ""
+    if calls.results:  # every number of the answer is the question's or the result's
+        number = re.compile(r"[0-9]+(?:\.[0-9]+)?")
+        allowed = set(number.findall(QUESTION + " ".join(calls.results)))
+        assert set(number.findall(answer)) <= allowed, (answer, calls.results)
 
 
 def test_langgraph_react_agent_finishes(server: tuple[str, str]) -> None:
@@ -154,9 +167,7 @@ def test_langgraph_react_agent_finishes(server: tuple[str, str]) -> None:
         model="tool-lm",
         base_url=base_url,
         api_key=key,
-        temperature=0,
-        max_tokens=160,
-        max_retries=0,
+        max_retries=0,  # no temperature or max_tokens: the deployment's defaults apply
     )
     agent = create_react_agent(llm, [make(t) for t in calls.tools])
     state = agent.invoke({"messages": [("user", QUESTION)]}, {"recursion_limit": 6})
@@ -203,7 +214,7 @@ def test_openai_agents_sdk_finishes(server: tuple[str, str], api: str, stream: b
             if api == "chat_completions"
             else OpenAIResponsesModel(model="tool-lm", openai_client=client)
         ),
-        model_settings=ModelSettings(temperature=0, max_tokens=160),
+        model_settings=ModelSettings(),  # the SDK's defaults: no temperature, no max_tokens
         tools=[make(t) for t in calls.tools],
     )
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-__all__ = ["ChatModel", "ChatReply", "ModelCallError", "OpenAIChat", "ToolCall"]
+__all__ = ["ChatModel", "ChatReply", "ModelCallError", "OpenAIChat", "ToolCall", "answers_tools"]
 
 
 class ModelCallError(Exception):
@@ -56,6 +56,13 @@ class ChatModel(Protocol):
         ...
 
 
+def answers_tools(model: Any, messages: list[dict[str, Any]]) -> bool:
+    """Whether this call grounds its answer's numbers: asked to, with tool results to quote."""
+    return bool(getattr(model, "grounded_numbers", False)) and any(
+        m.get("role") == "tool" for m in messages
+    )
+
+
 def _parse_reply(body: Any) -> ChatReply:
     try:
         choice = body["choices"][0]
@@ -91,10 +98,17 @@ class OpenAIChat:
         model: the ``model`` field of each request.
         api_key: sent as a Bearer token when given.
         temperature: sampling temperature.
+        grounded_numbers: after tool results, ask for grounded numbers (aifab's ``aifab``
+            body field: only for an aifab gateway, which OpenAI's API would refuse).
     """
 
     def __init__(
-        self, base_url: str, model: str, api_key: str | None = None, temperature: float = 0.0
+        self,
+        base_url: str,
+        model: str,
+        api_key: str | None = None,
+        temperature: float = 0.0,
+        grounded_numbers: bool = False,
     ) -> None:
         from aifab.prompts.chat import DEFAULT_TIMEOUT_S
         from aifab.prompts.chat import OpenAIChat as Endpoint
@@ -102,6 +116,7 @@ class OpenAIChat:
         self.endpoint = Endpoint(base_url, model, api_key or "", DEFAULT_TIMEOUT_S)
         self.model = model
         self.temperature = temperature
+        self.grounded_numbers = grounded_numbers
 
     def complete(
         self,
@@ -117,6 +132,8 @@ class OpenAIChat:
         extra: dict[str, Any] = {"temperature": self.temperature}
         if tools:
             extra["tools"] = tools
+        if answers_tools(self, messages):
+            extra["aifab"] = {"grounded_numbers": True}
         try:
             payload = self.endpoint.post_json(
                 messages, max_tokens=max_tokens, extra=extra, timeout_s=timeout_s

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from aifab.agents.chat import ChatReply, ModelCallError, ToolCall
+from aifab.agents.chat import ChatReply, ModelCallError, ToolCall, answers_tools
 
 __all__ = ["LocalChat"]
 
@@ -19,9 +19,12 @@ class LocalChat:
     Args:
         source: a registered LM (``NAME``, ``NAME@VERSION``, ``NAME@ALIAS``).
         temperature: sampling temperature (0 = greedy).
+        grounded_numbers: an answer after tool results writes only the conversation's numbers.
     """
 
-    def __init__(self, source: str, temperature: float = 0.0) -> None:
+    def __init__(
+        self, source: str, temperature: float = 0.0, grounded_numbers: bool = True
+    ) -> None:
         from aifab.core.errors import InvalidInputError
         from aifab.inference.loading import shared_model
 
@@ -30,6 +33,7 @@ class LocalChat:
             raise InvalidInputError(f"model {source}: not a language model")
         self.handler = handler
         self.temperature = temperature
+        self.grounded_numbers = grounded_numbers
 
     def complete(
         self,
@@ -45,8 +49,11 @@ class LocalChat:
         from aifab.inference.generation import GenerationParams
 
         params = GenerationParams(max_tokens=max(1, max_tokens), temperature=self.temperature)
+        grounded = {"grounded_numbers": True} if answers_tools(self, messages) else None
         try:
-            choice, result = complete_chat(self.handler, messages, params, tools=tools or None)
+            choice, result = complete_chat(
+                self.handler, messages, params, tools=tools or None, grounded=grounded
+            )
         except InvalidInputError as exc:
             raise ModelCallError(f"the local model refused the request: {exc.message}") from None
         calls = [

@@ -132,19 +132,28 @@ def _model_for(spec: AgentSpec, ctx: ToolContext) -> ChatModel:
     if endpoint.local:
         from aifab.agents.local_chat import LocalChat
 
-        return LocalChat(endpoint.model, endpoint.temperature)
+        return LocalChat(
+            endpoint.model, endpoint.temperature, endpoint.grounded_numbers is not False
+        )
     if endpoint.base_url:
         key = os.environ.get(endpoint.api_key_env) if endpoint.api_key_env else None
         if endpoint.api_key_env and key is None:
             raise InvalidInputError(f"agent {spec.name}: ${endpoint.api_key_env} is not set")
-        return OpenAIChat(endpoint.base_url, endpoint.model, key, endpoint.temperature)
+        return OpenAIChat(
+            endpoint.base_url,
+            endpoint.model,
+            key,
+            endpoint.temperature,
+            bool(endpoint.grounded_numbers),
+        )
     if ctx.gateway_url is None:
         raise InvalidInputError(
             f"agent {spec.name}: model.base_url is not set and no gateway was given "
             "(--gateway URL, or run it through `aifab serve`)"
         )
     base = ctx.gateway_url.rstrip("/") + "/v1"
-    return OpenAIChat(base, endpoint.model, ctx.api_key, endpoint.temperature)
+    grounded = endpoint.grounded_numbers is not False
+    return OpenAIChat(base, endpoint.model, ctx.api_key, endpoint.temperature, grounded)
 
 
 def _instructions(spec: AgentSpec, user_input: str) -> str:

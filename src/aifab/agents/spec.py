@@ -49,6 +49,12 @@ class ModelEndpoint(StrictConfig):
         None, description="Environment variable holding the key for `base_url`."
     )
     temperature: float = Field(0.0, ge=0, le=2, description="Sampling temperature.")
+    grounded_numbers: bool | None = Field(
+        None,
+        description="An answer after tool results writes only numbers of the question and the "
+        "results, digit for digit (decoding enforces it). Default: on for an aifab model "
+        "(`local`, or the gateway), off for a `base_url`, which may not know the option.",
+    )
     max_tokens: int = Field(256, ge=1, le=32_768, description="Most tokens per model call.")
     timeout_s: float = Field(60.0, gt=0, le=600, description="Longest one model call may take.")
 

@@ -4,15 +4,17 @@ One place decides how a chat request becomes a prompt and a constraint and how t
 comes back becomes a choice: tools are templated into the prompt, a forced tool call
 (``tool_choice`` ``required`` or a named function) is decoded under the union of the tools'
 parameter schemas (the name picks the branch), ``response_format`` under its JSON schema, and
-the output is parsed into ``tool_calls``. The server batches the generations in between (it
-owns batching); :func:`complete_chat` does the whole round trip in process.
+the output is parsed into ``tool_calls``. A free-text answer may be decoded with grounded
+numbers (:mod:`~aifab.inference.number_grounding`): asked for per request, or by the
+deployment's default for answers after tool results. The server batches the generations in
+between (it owns batching); :func:`complete_chat` does the whole round trip in process.
 """
 
 from __future__ import annotations
 
 import json
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from aifab.core.errors import InvalidInputError
@@ -24,6 +26,7 @@ __all__ = [
     "complete_chat",
     "constrain",
     "forced_call_schema",
+    "grounding_for",
     "plan_chat",
 ]
 
@@ -46,6 +49,13 @@ class ChatPlan:
     forced: bool
     #: The last message is a tool's result: the answer may not be empty (EOS comes later).
     after_tools: bool = False
+    #: The messages (grounded numbers are those of its user messages and tool results).
+    messages: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def has_tool_results(self) -> bool:
+        """Whether a tool's result is in the conversation (an answer may quote it)."""
+        return any(m.get("role") == "tool" for m in self.messages)
 
 
 def forced_call_schema(
@@ -89,11 +99,40 @@ def plan_chat(
     if forced is not None:
         prompt += CALL_OPEN  # the model writes only the call's JSON
     after_tools = bool(messages) and messages[-1].get("role") == "tool"
-    return ChatPlan(prompt, tools, forced or output_schema, forced is not None, after_tools)
+    schema = forced or output_schema
+    return ChatPlan(prompt, tools, schema, forced is not None, after_tools, list(messages))
 
 
-def constrain(handler: Any, plan: ChatPlan, params: Any) -> None:
+def grounding_for(handler: Any, plan: ChatPlan, requested: Any = None) -> Any:
+    """The number grounding of one answer, or None: the request's choice, else the default's.
+
+    Args:
+        handler: an LM handler (``grounding``: its deployment's default, or None).
+        plan: the planned request.
+        requested: the request's ``aifab`` option (None: not given), e.g.
+            ``{"grounded_numbers": true, "round": 2}``.
+
+    Raises:
+        InvalidInputError: a bad option (the field named).
+    """
+    from aifab.inference.number_grounding import grounding_option
+
+    requested = dict(requested or {})
+    if requested.get("grounded_numbers") is not None:
+        return grounding_option(requested, "aifab")
+    # The deployment's default grounds answers after tool results, where numbers come from.
+    default = getattr(handler, "grounding", None) if plan.has_tool_results else None
+    if default is not None and requested.get("round") is not None:
+        return grounding_option({"grounded_numbers": True, "round": requested["round"]}, "aifab")
+    return default
+
+
+def constrain(handler: Any, plan: ChatPlan, params: Any, grounding: Any = None) -> None:
     """Set one generation's constraint (JSON answers) and ``min_tokens`` (after tool results).
+
+    A free-text answer with ``grounding`` (a
+    :class:`~aifab.inference.number_grounding.NumberGrounding`) writes only the numbers of the
+    conversation's user messages and tool results; a JSON answer follows its schema alone.
 
     Raises:
         InvalidInputError: the schema is beyond the decoder's subset (the keyword named).
@@ -102,6 +141,12 @@ def constrain(handler: Any, plan: ChatPlan, params: Any) -> None:
     if plan.after_tools and plan.schema is None:
         params.min_tokens = max(params.min_tokens, 1)  # frameworks read '' as "no answer"
     if plan.schema is None:
+        if grounding is not None:
+            from aifab.inference.number_grounding import conversation_numbers
+
+            params.constraint = handler.grounded_numbers(
+                conversation_numbers(plan.messages, grounding)
+            )
         return
     where = "tool_choice" if plan.forced else "response_format"
     try:
@@ -149,6 +194,7 @@ def complete_chat(
     tools: list[dict[str, Any]] | None = None,
     tool_choice: str | dict[str, Any] | None = None,
     output_schema: dict[str, Any] | None = None,
+    grounded: dict[str, Any] | None = None,
 ) -> tuple[dict[str, Any], Any]:
     """One chat completion in this process: request in, the choice and the raw result out.
 
@@ -160,6 +206,8 @@ def complete_chat(
         tools: OpenAI tools offered.
         tool_choice: as in OpenAI's API.
         output_schema: a JSON schema the answer must follow.
+        grounded: the ``aifab`` request option (``{"grounded_numbers": true, "round": N}``);
+            None leaves it to the handler's default.
 
     Raises:
         InvalidInputError: bad messages/tools, or a prompt too long for the context.
@@ -173,6 +221,6 @@ def complete_chat(
             f"{handler.max_context}"
         )
     params.max_tokens = min(params.max_tokens, room)  # what the context leaves, at most
-    constrain(handler, plan, params)
+    constrain(handler, plan, params, grounding_for(handler, plan, grounded))
     [result] = handler.predict([handler.request(plan.prompt, params)])
     return chat_choice(result, plan, call_id=f"call_{uuid.uuid4().hex[:8]}"), result

@@ -38,8 +38,10 @@ class GenerationParams:
     seed: int | None = None
     #: Constrained decoding, one object per request (e.g.
     #: :class:`~aifab.inference.json_constraint.JsonConstraint`): only the token ids its
-    #: ``allowed(tokens_left)`` lists are sampled, and ``advance(id, text)`` follows each
-    #: chosen token; a ``complete`` one ends as ``stop`` even when the budget ran out.
+    #: ``allowed(tokens_left)`` lists are sampled (or, where it has ``mask(tokens_left)``,
+    #: ``(True, ids)`` allows only ``ids`` and ``(False, ids)`` bans them), and
+    #: ``advance(id, text)`` follows each chosen token; a ``complete`` one ends as ``stop``
+    #: even when the budget ran out.
     constraint: Any = None
     #: OpenAI's penalties: a token's logit drops by ``frequency * count + presence * (count>0)``
     #: for the times it was already generated.
@@ -238,10 +240,17 @@ def _adjusted(logits: torch.Tensor, row: _Row, eos_ids: frozenset[int]) -> torch
     if params.constraint is not None:
         # The tokens left, this one included: the constraint closes the document within them.
         room = _room(row)
-        allowed = torch.tensor(params.constraint.allowed(room), dtype=torch.long)
-        masked = torch.full_like(logits, float("-inf"))
-        masked[allowed] = logits[allowed]
-        logits = masked
+        mask = getattr(params.constraint, "mask", None)
+        only, ids = mask(room) if mask is not None else (True, params.constraint.allowed(room))
+        if only:
+            allowed = torch.tensor(ids, dtype=torch.long)
+            masked = torch.full_like(logits, float("-inf"))
+            masked[allowed] = logits[allowed]
+            logits = masked
+        elif ids:
+            # A constraint that bans a few tokens says which, not the thousands it allows.
+            logits = logits.clone()
+            logits[torch.tensor(ids, dtype=torch.long)] = float("-inf")
     return logits
 
 

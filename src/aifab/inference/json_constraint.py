@@ -21,6 +21,9 @@ from aifab.inference.json_schema import compile_schema, min_lengths
 __all__ = ["JsonConstraint", "TokenVocabulary", "accepting", "compile_schema", "feed"]
 
 
+_NUMERIC = frozenset("0123456789.")
+
+
 class TokenVocabulary:
     """Each token id's text, for trying tokens against a constraint (special tokens left out)."""
 
@@ -38,6 +41,8 @@ class TokenVocabulary:
         self.by_first: dict[str, list[tuple[int, str]]] = {}
         for token_id, text in self.texts:
             self.by_first.setdefault(text[0], []).append((token_id, text))
+        #: Tokens holding a digit or a dot: the only ones grounded numbers must check.
+        self.numeric = [(t, text) for t, text in self.texts if _NUMERIC.intersection(text)]
 
 
 class JsonConstraint:

@@ -24,6 +24,8 @@ ROLES = ("system", "user", "assistant", "tool")
 MAX_STOP = 4
 MAX_PROMPTS = 64
 _PARAM_FIELDS = ("max_tokens", "temperature", "top_p", "top_k", "stop", "seed")
+#: Sampling fields a deployment may give defaults for.
+_DEFAULT_FIELDS = ("temperature", "top_p", "max_tokens")
 
 
 def detokenize_ids(tokenizer: Any, ids: list[int], *, keep_special: bool) -> str:
@@ -67,6 +69,10 @@ class LMHandler:
         self.model_id = ""
         self.max_context = 0
         self.max_tokens_limit = 512
+        #: What a request that omits them samples with (temperature, top_p, max_tokens).
+        self.defaults: dict[str, float] = {}
+        #: Number grounding of answers after tool results, unless a request says otherwise.
+        self.grounding: Any = None
 
     def setup(
         self, model_dir: Path, sidecar: Mapping[str, Any], options: Mapping[str, Any]
@@ -74,7 +80,11 @@ class LMHandler:
         """Load the model and its tokenizer from ``model_dir``.
 
         Options: ``model_id`` (the ref it was loaded as; default the directory name),
-        ``max_tokens_limit`` (cap on ``max_tokens``, default 512).
+        ``max_tokens_limit`` (cap on ``max_tokens``, default 512), ``temperature``, ``top_p``
+        and ``max_tokens`` (what a request that omits them gets; default those of the model's
+        ``generation_config.json``, then OpenAI's), ``grounded_numbers`` (``true`` or
+        ``{"grounded_numbers": true, "round": N}``: answers after tool results write only the
+        conversation's numbers unless a request says otherwise).
 
         Raises:
             InvalidInputError: Missing or corrupt model or tokenizer files.
@@ -110,6 +120,38 @@ class LMHandler:
         self.lm = LanguageModel(model, tokenizer, int(max_context), frozenset(eos_ids), pad_id)
         self.max_context = int(max_context)
         self.model_id = str(options.get("model_id") or path.name)
+        self.defaults = self._sampling_defaults(path, options)
+        if options.get("grounded_numbers") is not None:
+            from aifab.inference.number_grounding import grounding_option
+
+            self.grounding = grounding_option(options["grounded_numbers"], "grounded_numbers")
+
+    def _sampling_defaults(self, path: Path, options: Mapping[str, Any]) -> dict[str, float]:
+        """Sampling defaults: the options', else the model's ``generation_config.json``'s.
+
+        Only the keys the file sets count, as in vLLM; ``do_sample: false`` is greedy.
+        """
+        import json
+
+        found: dict[str, Any] = {}
+        try:
+            config = json.loads((path / "generation_config.json").read_text())
+        except (OSError, ValueError):
+            config = {}
+        if isinstance(config, dict):
+            if config.get("do_sample") is False:
+                found["temperature"] = 0.0
+            elif "temperature" in config:
+                found["temperature"] = config["temperature"]
+            for key, name in (("top_p", "top_p"), ("max_new_tokens", "max_tokens")):
+                if key in config:
+                    found[name] = config[key]
+        if isinstance(found.get("max_tokens"), int):  # a model's own long default fits the cap
+            found["max_tokens"] = min(found["max_tokens"], self.max_tokens_limit)
+        found.update({k: options[k] for k in _DEFAULT_FIELDS if options.get(k) is not None})
+        params = GenerationParams(**{"max_tokens": min(64, self.max_tokens_limit), **found})
+        self._check_params(params)  # a bad default names its setting, as a request's would
+        return {k: float(v) if k != "max_tokens" else int(v) for k, v in found.items()}
 
     @property
     def _lm(self) -> LanguageModel:
@@ -159,6 +201,12 @@ class LMHandler:
             InvalidInputError: an id outside the vocabulary (named).
         """
         return detokenize_ids(self._lm.tokenizer, ids, keep_special=True)
+
+    def grounded_numbers(self, numbers: frozenset[str]) -> Any:
+        """A fresh constraint making one answer write only ``numbers`` (and any other text)."""
+        from aifab.inference.number_grounding import GroundedNumbers
+
+        return GroundedNumbers(numbers, self._lm.vocabulary())
 
     def json_constraint(self, schema: dict[str, Any]) -> Any:
         """A fresh constraint making one generation emit JSON valid for ``schema``.
@@ -238,7 +286,8 @@ class LMHandler:
                     where = f"prompt[{i}]" if isinstance(raw, list) else "prompt"
                     raise InvalidInputError(f"{where}: must be a string")
         # null means "the default", as in OpenAI's API.
-        fields = {k: payload[k] for k in _PARAM_FIELDS if payload.get(k) is not None}
+        fields: dict[str, Any] = {**self.defaults}
+        fields.update({k: payload[k] for k in _PARAM_FIELDS if payload.get(k) is not None})
         stop = fields.get("stop", [])
         fields["stop"] = [stop] if isinstance(stop, str) else stop
         params = GenerationParams(**fields)

@@ -164,6 +164,9 @@ def parse_tool_calls(
         try:
             call = json.loads(body)
             name, arguments = call["name"], call.get("arguments", {})
+            if isinstance(arguments, str):
+                # Arguments as JSON text, as OpenAI's messages carry them: still a call.
+                arguments = json.loads(arguments or "{}")
             if not isinstance(name, str) or not isinstance(arguments, dict):
                 raise TypeError("name must be a string and arguments an object")
         except (ValueError, KeyError, TypeError) as exc:

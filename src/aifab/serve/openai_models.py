@@ -18,6 +18,7 @@ from pydantic import (
 )
 
 __all__ = [
+    "AifabOptions",
     "MAX_ITEM_CHARS",
     "MAX_REQUEST_CHARS",
     "ChatCompletionRequest",
@@ -80,6 +81,25 @@ class StreamOptions(BaseModel):
 
     include_usage: bool | None = None
     include_obfuscation: bool | None = Field(None, description="Accepted and ignored.")
+
+
+class AifabOptions(BaseModel):
+    """``aifab``: aifab's own options of a chat request, an extra body field (OpenAI has none).
+
+    With the openai SDK: ``extra_body={"aifab": {"grounded_numbers": True}}``.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    grounded_numbers: bool | None = Field(
+        None,
+        description="Every number the answer writes is one of the user's messages or the tool "
+        "results, copied digit for digit (decoding enforces it). Default: the deployment's, "
+        "which applies to answers after tool results.",
+    )
+    round: int | None = Field(
+        None, ge=0, le=12, description="Grounded numbers may also be rounded to this many decimals."
+    )
 
 
 class ChatMessage(BaseModel):
@@ -199,6 +219,7 @@ class ChatCompletionRequest(_Generation):
     modalities: list[str] | None = None
     reasoning_effort: str | None = None
     verbosity: str | None = None
+    aifab: AifabOptions | None = Field(None, description="aifab's own options (grounding).")
 
     _chat_unsupported = field_validator("functions", "function_call", "modalities")(_neutral)
 

@@ -343,3 +343,38 @@ def test_a_streamed_run_shows_the_steps_its_trace_stores(stand_in_llm: StandInLL
     assert streamed[0]["output"]["truncated"] is True
     for shown, kept in zip(streamed, stored, strict=True):
         assert (shown["input"], shown["output"]) == (kept["input"], kept["output"])
+
+
+@pytest.mark.parametrize(
+    ("where", "grounded", "asked"),
+    [("base_url", True, True), ("base_url", None, False), ("gateway", None, True)],
+)
+def test_the_answer_step_asks_for_grounded_numbers(
+    stand_in_llm: StandInLLM, customers: str, where: str, grounded: bool | None, asked: bool
+) -> None:
+    """An agent asks an aifab model for grounded numbers once tool results are in (issue 35);
+    an outside base_url gets the option only when the spec asks, since OpenAI would refuse it."""
+
+    def script(messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> dict[str, Any]:
+        if _last_tool_content(messages) is None:
+            return tool_call("sql", {"query": "SELECT count(*) AS n FROM customers"})
+        return answer("There are 30 customers.")
+
+    stand_in_llm.scripts["grounded"] = script
+    from aifab.agents.tools import ToolContext
+
+    model: dict[str, Any] = {"model": "grounded"}
+    ctx = ToolContext()
+    if where == "base_url":
+        model["base_url"] = stand_in_llm.base_url
+    else:  # the stand-in plays the aifab gateway
+        ctx = ToolContext(gateway_url=stand_in_llm.base_url.removesuffix("/v1"))
+    if grounded is not None:
+        model["grounded_numbers"] = grounded
+    name = f"grounded-{where}-{grounded}".lower()
+    create_agent({"name": name, "model": model, "tools": [{"use": "sql"}]})
+    run = run_agent(name, "How many customers?", ctx=ctx)
+    assert run["status"] == "completed", run["reason"]
+    first, then = [r for r in stand_in_llm.requests if r["model"] == "grounded"][-2:]
+    assert "aifab" not in first  # no tool results yet: nothing to quote
+    assert then.get("aifab") == ({"grounded_numbers": True} if asked else None)

@@ -195,3 +195,33 @@ def test_concurrent_loads_keep_tied_weights(tiny_lm: dict[str, Any]) -> None:
         assert isinstance(one.handler, LMHandler) and one.handler.lm is not None
         model = one.handler.lm.model
         assert model.lm_head.weight is model.get_input_embeddings().weight
+
+
+def test_sampling_defaults_from_options_then_generation_config(
+    tiny_lm: dict[str, Any], tmp_path: Path
+) -> None:
+    """What a request that omits them gets (issue 35): the deployment's options first, then the
+    keys the model's generation_config.json sets (``do_sample: false`` is greedy), as vLLM."""
+    import json
+    import shutil
+
+    from aifab.models.checkpoint import read_sidecar
+    from aifab.track.registry import download_model
+
+    path = tmp_path / "model"
+    shutil.copytree(download_model("tiny-lm@1"), path)
+    (path / "generation_config.json").write_text(
+        json.dumps({"do_sample": False, "top_p": 0.9, "max_new_tokens": 4096})
+    )
+    h = LMHandler()
+    h.setup(path, read_sidecar(path), {"max_tokens_limit": 100})
+    assert h.defaults == {"temperature": 0.0, "top_p": 0.9, "max_tokens": 100}
+    h.setup(path, read_sidecar(path), {"temperature": 0.7, "max_tokens": 20})
+    assert h.defaults == {"temperature": 0.7, "top_p": 0.9, "max_tokens": 20}
+    [request] = h.decode({"prompt": "the cat"})
+    assert (request.params.temperature, request.params.max_tokens) == (0.7, 20)
+    assert h.decode({"prompt": "the cat", "temperature": 0})[0].params.temperature == 0
+    with pytest.raises(InvalidInputError, match="^temperature:"):
+        h.setup(path, read_sidecar(path), {"temperature": 5})
+    with pytest.raises(InvalidInputError, match="^grounded_numbers"):
+        h.setup(path, read_sidecar(path), {"grounded_numbers": "yes"})

@@ -101,3 +101,23 @@ def test_forced_call_schemas() -> None:
     assert named["properties"]["arguments"]["required"] == ["query"]
     with pytest.raises(InvalidInputError, match="'nope' is not among the tools"):
         call_schema(TOOLS, {"type": "function", "function": {"name": "nope"}})
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        # arguments as the JSON text OpenAI's own messages carry
+        '<tool_call>{"name": "sql", "arguments": "{\\"query\\": \\"SELECT 1\\"}"}</tool_call>',
+        # a call that is the whole answer, its closing tag cut by EOS or a stop string
+        '<tool_call>{"name": "sql", "arguments": {"query": "SELECT 1"}}',
+        # the tags around a well-formed call, with line breaks as chat templates write them
+        '<tool_call>\n{"name": "sql", "arguments": {"query": "SELECT 1"}}\n</tool_call>\n',
+    ],
+)
+def test_a_well_formed_call_in_the_models_format_is_a_call(text: str) -> None:
+    parsed = parse_tool_calls(text, TOOLS)
+    assert parsed.errors == []
+    assert [
+        (c["function"]["name"], json.loads(c["function"]["arguments"])) for c in parsed.tool_calls
+    ] == [("sql", {"query": "SELECT 1"})]
+    assert parsed.content is None

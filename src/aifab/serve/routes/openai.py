@@ -102,11 +102,25 @@ MIN_TEMPERATURE = 1e-6
 MIN_TOP_P = 1e-6
 
 
-def _temperature(value: float | None) -> float:
-    """OpenAI's default is 1; a vanishing temperature means greedy."""
+def _temperature(value: float | None, handler: Any) -> float:
+    """The deployment's default (else OpenAI's, 1) when omitted; a vanishing one is greedy."""
     if value is None:
-        return 1.0
+        value = float(getattr(handler, "defaults", {}).get("temperature", 1.0))
     return 0.0 if value < MIN_TEMPERATURE else value
+
+
+def sampling(handler: Any, temperature: float | None, top_p: float | None) -> dict[str, float]:
+    """A request's temperature and top_p, the deployment's defaults where it omits them."""
+    defaults = getattr(handler, "defaults", {})
+    if top_p is None:
+        top_p = float(defaults.get("top_p", 1.0))
+    return {"temperature": _temperature(temperature, handler), "top_p": max(top_p, MIN_TOP_P)}
+
+
+def default_max_tokens(handler: Any, room: int) -> int:
+    """The completion length a request that omits it gets: the deployment's, within the room."""
+    limit = getattr(handler, "defaults", {}).get("max_tokens", handler.max_tokens_limit)
+    return max(1, min(int(limit), handler.max_tokens_limit, room))
 
 
 def _generation(
@@ -131,10 +145,11 @@ def _generation(
             param=field,
             code="context_length_exceeded",
         )
+    chosen = sampling(handler, body.temperature, body.top_p)
     params = GenerationParams(
-        max_tokens=asked if asked is not None else min(handler.max_tokens_limit, room),
-        temperature=_temperature(body.temperature),
-        top_p=1.0 if body.top_p is None else max(body.top_p, MIN_TOP_P),
+        max_tokens=asked if asked is not None else default_max_tokens(handler, room),
+        temperature=chosen["temperature"],
+        top_p=chosen["top_p"],
         top_k=body.top_k or 0,
         stop=body.stops,
         # Choice i of n gets seed + i: n different samples that a seed still reproduces.
@@ -238,18 +253,25 @@ def chat_generations(
     Bad messages, tools or schemas are 422s naming the field; ``max_tokens`` below the
     shortest valid answer of a forced call or ``json_schema`` is a 400 naming the minimum.
     """
-    from aifab.inference.chat_completion import TooFewTokensError, constrain, plan_chat
+    from aifab.inference.chat_completion import (
+        TooFewTokensError,
+        constrain,
+        grounding_for,
+        plan_chat,
+    )
 
     messages = [m.as_template_message() for m in body.messages]
+    asked = body.aifab.model_dump(exclude_none=True) if body.aifab else None
     try:
         plan = plan_chat(handler, messages, tools, body.tool_choice, body.output_schema)
+        grounding = grounding_for(handler, plan, asked)
     except InvalidInputError as exc:
         raise as_api_error(exc) from None
     items = []
     for i in range(body.n or 1):
         item = _generation(handler, plan.prompt, body, "messages", choice=i)
         try:
-            constrain(handler, plan, item.params)
+            constrain(handler, plan, item.params, grounding)
         except TooFewTokensError as exc:
             raise ApiError(400, exc.message, param="max_tokens") from None
         except InvalidInputError as exc:

@@ -19,7 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from aifab.serve.auth import Principal, require
 from aifab.serve.errors import ApiError
 from aifab.serve.invoke import invoke
-from aifab.serve.openai_models import ChatCompletionRequest
+from aifab.serve.openai_models import AifabOptions, ChatCompletionRequest
 from aifab.serve.routes.openai import (
     ERRORS,
     chat_choice,
@@ -52,6 +52,7 @@ class ResponsesRequest(BaseModel):
     truncation: str | None = None
     # The OpenAI Agents SDK sends it on every request (``[]`` unless asked for more).
     include: list[str] | None = Field(None, max_length=16)
+    aifab: AifabOptions | None = Field(None, description="aifab's own options (grounding).")
 
 
 #: ``include`` values with nothing to add here: aifab's models write no reasoning items.
@@ -143,6 +144,7 @@ def _chat_request(body: ResponsesRequest) -> ChatCompletionRequest:
                 "temperature": body.temperature,
                 "top_p": body.top_p,
                 "response_format": response_format,
+                "aifab": body.aifab.model_dump(exclude_none=True) if body.aifab else None,
             }
         )
     except ValueError as exc:
