@@ -20,7 +20,7 @@ from sqlalchemy.orm import DeclarativeBase, Session, sessionmaker
 from aifab.core.settings import get_settings
 
 #: The Alembic revision this code expects; a test checks it equals the migrations' head.
-SCHEMA_REVISION = "0017"
+SCHEMA_REVISION = "0018"
 #: aifab's own Alembic version table (Optuna, sharing the DB, uses ``alembic_version``).
 VERSION_TABLE = "aifab_schema_version"
 #: PostgreSQL advisory lock every aifab transaction holds (any fixed 64-bit number).

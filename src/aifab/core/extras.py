@@ -19,6 +19,7 @@ EXTRAS = {
     "psycopg": "postgres",
     "deltalake": "delta",
     "s3fs": "s3",
+    "redis": "redis",
 }
 
 

@@ -1,10 +1,10 @@
-"""Metadata tables of the gateway: API keys and their daily token use."""
+"""Metadata tables of the gateway: API keys, their daily token use, shared rate buckets."""
 
 from __future__ import annotations
 
 import time
 
-from sqlalchemy import Float, Integer, String, Text
+from sqlalchemy import Float, Index, Integer, String, Text
 from sqlalchemy.orm import Mapped, mapped_column
 
 from aifab.core.db import Base
@@ -47,3 +47,18 @@ class KeyUsageRow(Base):
     day: Mapped[str] = mapped_column(String(10), primary_key=True)
     tokens: Mapped[int] = mapped_column(Integer, nullable=False, default=0)
     requests: Mapped[int] = mapped_column(Integer, nullable=False, default=0)
+
+
+class RateBucketRow(Base):
+    """One token bucket shared by every gateway on this DB (:mod:`aifab.serve.buckets`).
+
+    ``tat`` is the bucket's "theoretical arrival time" (GCRA): the epoch second at which it is
+    full again; a bucket whose ``tat`` has passed is full, and such rows are pruned.
+    """
+
+    __tablename__ = "rate_buckets"
+    __table_args__ = (Index("ix_rate_buckets_tat", "tat"),)
+
+    #: ``rate:<key id>`` or ``auth:<client address>``.
+    key: Mapped[str] = mapped_column(String(200), primary_key=True)
+    tat: Mapped[float] = mapped_column(Float, nullable=False)
