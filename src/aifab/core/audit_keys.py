@@ -1,7 +1,11 @@
 """The audit chain's secret and its anchors, both kept outside the metadata DB.
 
 The key (``AIFAB_AUDIT_KEY``, else an owner-only ``audit.key`` file in the workspace) makes event
-hashes HMACs that a DB writer cannot recompute. The key file also records how many unkeyed
+hashes HMACs that a DB writer cannot recompute. On a team's shared DB every process must hold
+the same key, so there the key comes from ``AIFAB_AUDIT_KEY`` (a secret given to every machine,
+Ray node and pod, like the DB URL) or a key file already in a shared workspace: a process
+without either refuses to write (:class:`AuditKeyMissingError`) rather than make a key of its
+own, which would break the chain for everyone else. The key file also records how many unkeyed
 events (written before keying) start the chain. Anchors are MAC'd head records (``count``,
 ``hash``) appended to ``audit-anchors.jsonl``; a deleted tail that held an anchored event is
 found by :func:`aifab.core.audit.verify_chain`.
@@ -19,8 +23,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from aifab.core.errors import AifabError
 from aifab.core.ids import canonical_json, new_id
 from aifab.core.settings import get_settings
+
+
+class AuditKeyMissingError(AifabError):
+    """A process on a team's shared DB has no audit key, so it cannot append to the chain."""
+
+    http_status = 500  # the server's configuration, not the caller's request
 
 
 @dataclass(frozen=True)
@@ -52,8 +63,13 @@ def load_key(create_with_unkeyed: int | None = None) -> AuditKey | None:
     Args:
         create_with_unkeyed: when given and no key exists, create the key file (mode 0600)
             recording that many unkeyed events before it; otherwise return None.
+
+    Raises:
+        AuditKeyMissingError: asked to create a key while the metadata DB is a team's shared
+            one (each process would make its own).
     """
-    configured = get_settings().audit_key
+    settings = get_settings()
+    configured = settings.audit_key
     if configured is not None and configured.get_secret_value():
         return AuditKey(configured.get_secret_value().encode("utf-8"))
     path = key_path()
@@ -61,6 +77,12 @@ def load_key(create_with_unkeyed: int | None = None) -> AuditKey | None:
         return _read_key_file(path)
     if create_with_unkeyed is None:
         return None
+    if settings.team_db:
+        raise AuditKeyMissingError(
+            "AIFAB_AUDIT_KEY is not set: on a shared metadata DB every machine, Ray node and "
+            "pod needs the team's audit key (from a secret) to write audit events; aifab does "
+            "not make one per directory"
+        )
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{new_id('key')}")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
