@@ -1,6 +1,7 @@
 """One audit key for a team (issue 32): events written from two working directories and from a
 Ray node keep one intact chain, verified from either directory; a process on the team's DB
-without the key refuses to write instead of making a key of its own.
+without the key refuses to write instead of making a key of its own. The chain's anchors are
+write-once objects on the team's store, so a directory that never wrote verifies it too.
 
 The Ray node is simulated: a separate process with its own empty working directory and the
 environment a Ray replica gets from ``aifab.jobs.launch.node_env`` (node-local ``AIFAB_HOME``,
@@ -68,7 +69,12 @@ def test_a_process_on_the_team_db_without_the_audit_key_refuses_to_write(
 def test_two_directories_and_a_ray_node_keep_one_chain(
     shared_pg: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    team = {**_base_env(), "AIFAB_DB_URL": shared_pg, "AIFAB_AUDIT_KEY": secrets.token_hex(32)}
+    team = {
+        **_base_env(),
+        "AIFAB_DB_URL": shared_pg,
+        "AIFAB_STORAGE_URI": str(tmp_path / "store"),
+        "AIFAB_AUDIT_KEY": secrets.token_hex(32),
+    }
     a, b = tmp_path / "a", tmp_path / "b"  # each with the default ./.aifab
     for i, where in enumerate((a, b, a)):
         r = _aifab(where, team, "keys", "create", "--role", "viewer", "--name", f"k{i}")
@@ -82,7 +88,8 @@ def test_two_directories_and_a_ray_node_keep_one_chain(
     assert r.returncode == 0, r.stderr
     r = _aifab(b, team, "keys", "create", "--role", "viewer", "--name", "k3")
     assert r.returncode == 0, r.stderr
-    for where in (a, b):
+    # ... and from a directory that never wrote an event: the anchors are on the store.
+    for where in (a, b, tmp_path / "c"):
         r = _aifab(where, team, "audit", "verify")
         assert r.returncode == 0, r.stderr
         assert r.stdout.strip() == "audit chain intact: 5 events"

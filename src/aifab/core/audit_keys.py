@@ -7,8 +7,9 @@ Ray node and pod, like the DB URL) or a key file already in a shared workspace: 
 without either refuses to write (:class:`AuditKeyMissingError`) rather than make a key of its
 own, which would break the chain for everyone else. The key file also records how many unkeyed
 events (written before keying) start the chain. Anchors are MAC'd head records (``count``,
-``hash``) appended to ``audit-anchors.jsonl``; a deleted tail that held an anchored event is
-found by :func:`aifab.core.audit.verify_chain`.
+``hash``) appended to ``audit-anchors.jsonl``, or, with a store (``AIFAB_STORAGE_URI``),
+written once as objects under ``audit/anchors/`` that every machine, node and pod shares; a
+deleted tail that held an anchored event is found by :func:`aifab.core.audit.verify_chain`.
 """
 
 from __future__ import annotations
@@ -40,6 +41,12 @@ class AuditKey:
 
     secret: bytes
     unkeyed: int | None = None
+
+
+#: Where anchors live on a store: one write-once object per anchor.
+ANCHOR_PREFIX = "audit/anchors"
+#: Stores known to hold an anchor (aifab never deletes one), so events need not list them.
+_anchored: set[str] = set()
 
 
 def key_path() -> Path:
@@ -114,8 +121,38 @@ def make_anchor(key: AuditKey, count: int, head_hash: str, unkeyed: int) -> dict
     return {**anchor, "mac": mac(key, _anchor_payload(anchor))}
 
 
-def append_anchor(anchor: dict[str, Any], path: Path | None = None) -> Path:
-    """Append one anchor line (``O_APPEND``, fsynced) to ``path`` (default: the workspace's)."""
+def _store() -> Any:
+    """The team's store when ``AIFAB_STORAGE_URI`` is set, else None (anchors in the file)."""
+    if not get_settings().storage_uri:
+        return None
+    from aifab.core.storage import get_store
+
+    return get_store()
+
+
+def anchors_exist() -> bool:
+    """Whether the workspace (or the team's store) holds any anchor yet."""
+    store = _store()
+    if store is None:
+        return anchor_path().exists()
+    if store.uri not in _anchored and store.list(ANCHOR_PREFIX):
+        _anchored.add(store.uri)
+    return store.uri in _anchored
+
+
+def append_anchor(anchor: dict[str, Any], path: Path | None = None) -> str:
+    """Append one anchor line (``O_APPEND``, fsynced) to ``path``.
+
+    Without ``path``: to the workspace's file, or with a store, as a new object there.
+
+    Returns:
+        Where it went (the file, or the object's store key).
+    """
+    if path is None and (store := _store()) is not None:
+        name = f"{ANCHOR_PREFIX}/{int(anchor['count']):012d}-{new_id('anchor')}.json"
+        store.write_bytes(name, json.dumps(anchor, sort_keys=True).encode("utf-8"), once=True)
+        _anchored.add(store.uri)
+        return name
     path = path or anchor_path()
     path.parent.mkdir(parents=True, exist_ok=True)
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
@@ -124,7 +161,17 @@ def append_anchor(anchor: dict[str, Any], path: Path | None = None) -> Path:
         os.fsync(fd)
     finally:
         os.close(fd)
-    return path
+    return str(path)
+
+
+def _valid(key: AuditKey | None, text: str) -> dict[str, Any] | None:
+    """The anchor in ``text`` if its MAC holds under ``key``."""
+    try:
+        a = json.loads(text)
+        ok = key is not None and hmac.compare_digest(a["mac"], mac(key, _anchor_payload(a)))
+    except (ValueError, KeyError, TypeError):
+        return None
+    return a if ok else None
 
 
 def read_anchors(key: AuditKey | None, path: Path) -> tuple[list[dict[str, Any]], list[str]]:
@@ -136,15 +183,27 @@ def read_anchors(key: AuditKey | None, path: Path) -> tuple[list[dict[str, Any]]
     for i, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
         if not line.strip():
             continue
-        try:
-            a = json.loads(line)
-            ok = key is not None and hmac.compare_digest(a["mac"], mac(key, _anchor_payload(a)))
-        except (ValueError, KeyError, TypeError):
-            ok = False
-        if ok:
+        a = _valid(key, line)
+        if a is not None:
             good.append(a)
         else:
             problems.append(
                 f"{path.name}: anchor line {i} does not carry a valid MAC (forged or edited)"
             )
     return good, problems
+
+
+def read_own_anchors(key: AuditKey | None) -> tuple[list[dict[str, Any]], list[str], str]:
+    """The workspace's anchors (the store's with one), their problems, and where they are."""
+    store = _store()
+    if store is None:
+        good, problems = read_anchors(key, anchor_path())
+        return good, problems, anchor_path().name
+    good, problems = [], []
+    for name in store.list(ANCHOR_PREFIX):
+        a = _valid(key, store.read_bytes(name).decode("utf-8", errors="replace"))
+        if a is not None:
+            good.append(a)
+        else:
+            problems.append(f"{name}: anchor does not carry a valid MAC (forged or edited)")
+    return good, problems, f"{store.uri}/{ANCHOR_PREFIX}"
