@@ -19,7 +19,7 @@ import threading
 import time
 from typing import Any, Protocol
 
-from sqlalchemy import Float, case, cast, delete, extract, func, select
+from sqlalchemy import Float, bindparam, case, cast, create_engine, delete, extract, func, select
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.sql.elements import ColumnElement
 
@@ -65,30 +65,40 @@ class DbBucketStore:
     """
 
     def __init__(self) -> None:
-        self._engine = get_engine()
-        self._dialect = self._engine.dialect.name
+        engine = get_engine()  # migrated: the table is there
+        self._dialect = engine.dialect.name
+        if self._dialect == "postgresql":
+            # Its own pool in autocommit, without aifab's BEGIN hook or pre-ping: a take is one
+            # round trip (the shared engine spent five: ping, BEGIN, its hook, the statement,
+            # COMMIT). A connection the server dropped fails one take and leaves the pool.
+            engine = create_engine(engine.url, isolation_level="AUTOCOMMIT")
+        self._engine = engine
         self._next_prune = time.monotonic() + PRUNE_EVERY_S
         self._lock = threading.Lock()
-
-    def take(self, key: str, interval_s: float, burst: float) -> tuple[bool, float]:
-        """Take one token from ``key``'s bucket if it has one (one statement)."""
+        # Built once: the statements are the same for every take, only the values change.
         t = RateBucketRow.__table__
         now = _db_now(self._dialect)
+        interval, limit = bindparam("interval", type_=Float), bindparam("limit", type_=Float)
         start = case((t.c.tat > now, t.c.tat), else_=now)
         insert: Any = (postgresql if self._dialect == "postgresql" else sqlite).insert(t)
-        stmt = (
-            insert.values(key=key, tat=now + interval_s)
+        self._take = (
+            insert.values(key=bindparam("key"), tat=now + interval)
             .on_conflict_do_update(
                 index_elements=[t.c.key],
-                set_={"tat": start + interval_s},
-                where=start + interval_s - now <= burst * interval_s + _EPS,
+                set_={"tat": start + interval},
+                where=start + interval - now <= limit,
             )
             .returning(t.c.tat - now)
         )
+        self._ahead = select(t.c.tat - now).where(t.c.key == bindparam("key"))
+
+    def take(self, key: str, interval_s: float, burst: float) -> tuple[bool, float]:
+        """Take one token from ``key``'s bucket if it has one (one statement)."""
+        values = {"key": key, "interval": interval_s, "limit": burst * interval_s + _EPS}
         with self._engine.begin() as conn:
-            row = conn.execute(stmt).first()
+            row = conn.execute(self._take, values).first()
             if row is None:  # no token: the WHERE kept the row as it was
-                ahead = conn.execute(select(t.c.tat - now).where(t.c.key == key)).scalar()
+                ahead = conn.execute(self._ahead, {"key": key}).scalar()
         self._prune()
         if row is not None:
             return True, max(0.0, float(row[0]))
@@ -96,11 +106,8 @@ class DbBucketStore:
 
     def ahead(self, key: str) -> float:
         """Seconds until ``key``'s bucket is full (one read)."""
-        t = RateBucketRow.__table__
         with self._engine.connect() as conn:
-            value = conn.execute(
-                select(t.c.tat - _db_now(self._dialect)).where(t.c.key == key)
-            ).scalar()
+            value = conn.execute(self._ahead, {"key": key}).scalar()
         return max(0.0, float(value or 0.0))
 
     def _prune(self) -> None:
@@ -122,7 +129,8 @@ local tat = tonumber(redis.call('GET', KEYS[1]) or '0')
 if tat < now then tat = now end
 local new = tat + tonumber(ARGV[1])
 if new - now <= tonumber(ARGV[2]) + 0.000001 then
-  redis.call('SET', KEYS[1], string.format('%.6f', new), 'PX', math.ceil((new - now) * 1000))
+  local ttl = math.max(1, math.ceil((new - now) * 1000))  -- a tiny interval rounds to 0 ms
+  redis.call('SET', KEYS[1], string.format('%.6f', new), 'PX', ttl)
   return {1, string.format('%.6f', new - now)}
 end
 return {0, string.format('%.6f', tat - now)}
