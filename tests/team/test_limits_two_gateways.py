@@ -127,3 +127,14 @@ def test_failed_sign_ins_are_throttled_across_two_gateways(gateways: tuple[str, 
     # Per-process throttles let each gateway's address fail its own 20 (40 here).
     assert FAILED_AUTH_BURST <= failures <= budget + 1, (failures, budget, codes)
     assert codes[:FAILED_AUTH_BURST] == [401] * FAILED_AUTH_BURST, codes
+
+
+def test_redis_buckets_are_shared_and_take_at_any_rate(redis_url: str) -> None:
+    from aifab.serve.buckets import RedisBucketStore
+
+    a, b = RedisBucketStore(redis_url), RedisBucketStore(redis_url)  # two gateways' stores
+    took = [(a, b)[i % 2].take("rate:k", 60.0, 3.0) for i in range(4)]
+    assert [t for t, _ in took] == [True, True, True, False]
+    assert b.ahead("rate:k") > 179.0  # full again in about 3 minutes
+    # A rate so high that one interval is below the clock's resolution still takes.
+    assert all(a.take("rate:fast", 1e-9, 1e12)[0] for _ in range(3))
