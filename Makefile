@@ -34,7 +34,7 @@ lock: install
 # download does not work offline), prometheus (promtool, for the exported alert rules) and jq
 # (the README's commands, run by the tour test). Installed when missing and we may (root);
 # otherwise the tests that need them skip, naming why.
-SYSTEM_TOOLS := chromium:chromium promtool:prometheus jq:jq
+SYSTEM_TOOLS := chromium:chromium promtool:prometheus jq:jq redis-server:redis-server
 
 system-tools:
 	@for pair in $(SYSTEM_TOOLS); do cmd=$${pair%%:*}; pkg=$${pair##*:}; \

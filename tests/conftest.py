@@ -32,8 +32,11 @@ def isolate_env(mp: pytest.MonkeyPatch, home: Path) -> None:
         "AIFAB_STORAGE_URI",
     ):
         mp.delenv(name, raising=False)
+    mp.delenv("AIFAB_AUDIT_KEY", raising=False)
     if os.environ.get(PG_SERVER_ENV):  # team mode: tests/team runs suites on PostgreSQL
         mp.setenv("AIFAB_DB_URL", new_pg_database(os.environ[PG_SERVER_ENV]))
+        # A team's processes share one audit key from a secret (none is made per directory).
+        mp.setenv("AIFAB_AUDIT_KEY", f"team-secret-{home.name}")
 
 
 #: Set (by tests/team) to a PostgreSQL server URL: every workspace gets a fresh database there.

@@ -14,6 +14,15 @@ sys.path[:0] = [str(Path(__file__).parent), str(Path(__file__).parents[1])]
 from pg import PostgresServer, find_bindir  # noqa: E402
 
 
+@pytest.fixture(autouse=True)
+def team_audit_key(workspace: Path, monkeypatch: pytest.MonkeyPatch) -> str:
+    """The team's audit key, in the environment of every team test and the processes it starts
+    (on a shared DB aifab makes none: each process needs the team's own, from a secret)."""
+    key = f"team-audit-key-{workspace.parent.name}"
+    monkeypatch.setenv("AIFAB_AUDIT_KEY", key)
+    return key
+
+
 @pytest.fixture(scope="session")
 def pg_server() -> Iterator[PostgresServer]:
     """A PostgreSQL 15 server from the machine's packages (skipped, with why, if there is none)."""

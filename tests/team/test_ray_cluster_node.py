@@ -85,6 +85,7 @@ def _shared_env(pg_server: Any, s3_server: Any) -> dict[str, str]:
     return {
         **s3_server.env,
         "AIFAB_DB_URL": pg_server.new_database(),
+        "AIFAB_AUDIT_KEY": "the team's audit key",
         "AIFAB_TRACKING_URI": pg_server.new_database("mlflow"),
         "AIFAB_STORAGE_URI": f"s3://{s3_server.new_bucket()}/team",
     }
@@ -113,8 +114,9 @@ def nodes(
     env = _shared_env(pg_server, s3_server)
     head, node_root, worker_dir = tmp / "head" / ".aifab", tmp / "ray-nodes", tmp / "worker-cwd"
     worker_dir.mkdir()
-    # The nodes get what a team gives them (the DB URL and the store's credentials) and start
-    # in an empty directory; Ray's processes inherit nothing of the head's workspace settings.
+    # The nodes get what a team gives them (the DB URL, the audit key, the store's credentials)
+    # and start in an empty directory; Ray's processes inherit nothing of the head's workspace
+    # settings.
     node_settings = {k: v for k, v in env.items() if k != "AIFAB_TRACKING_URI"}
     cluster = local_ray(
         "aifab", (*env, "AIFAB_HOME"), working_dir=str(worker_dir), env_vars=node_settings

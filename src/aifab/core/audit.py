@@ -24,11 +24,12 @@ from sqlalchemy.orm import Mapped, Session, mapped_column
 from aifab.core.actor import current_actor
 from aifab.core.audit_keys import (
     AuditKey,
-    anchor_path,
+    anchors_exist,
     append_anchor,
     load_key,
     make_anchor,
     read_anchors,
+    read_own_anchors,
 )
 from aifab.core.db import Base, session_scope
 from aifab.core.ids import canonical_json, digest
@@ -138,8 +139,9 @@ def write_anchor(path: Path | None = None) -> dict[str, Any]:
         assert key is not None
         unkeyed = key.unkeyed
         if unkeyed is None:  # a configured key: the boundary lives in the anchors
-            anchors, _ = read_anchors(key, anchor_path())
-            unkeyed = anchors[-1]["unkeyed"] if anchors else _unkeyed_prefix(s)
+            anchors, _, _ = read_own_anchors(key)
+            newest = max(anchors, key=lambda a: a["count"], default=None)
+            unkeyed = newest["unkeyed"] if newest else _unkeyed_prefix(s)
     anchor = make_anchor(key, count, head_hash, unkeyed)
     append_anchor(anchor)
     if path is not None:
@@ -188,7 +190,7 @@ def record_event(
         head.count += 1
         head.hash = ev.hash
     session.flush()
-    if head.count % ANCHOR_EVERY == 0 or not anchor_path().exists():
+    if head.count % ANCHOR_EVERY == 0 or not anchors_exist():
         _anchor_after_commit(session)
     return ev
 
@@ -237,8 +239,7 @@ def _check_anchors(
     key: AuditKey | None, hashes: list[str], paths: list[Path], keyed_events: bool
 ) -> tuple[int | None, list[str]]:
     """Every valid anchor's event must still be there with the anchored hash."""
-    problems: list[str] = []
-    found: list[dict[str, Any]] = []
+    found, problems, where = read_own_anchors(key)
     for path in paths:
         anchors, bad = read_anchors(key, path)
         problems += bad
@@ -252,7 +253,7 @@ def _check_anchors(
             )
     if not found and (keyed_events or (key is not None and key.unkeyed is not None)):
         # A key file is only made with an anchor following: without one, it was removed.
-        names = ", ".join(p.name for p in paths)
+        names = ", ".join([where, *(p.name for p in paths)])
         wiped = "" if hashes else "; the log is empty: wiped, not new"
         problems.append(f"no anchor found in {names} (anchor file removed or emptied{wiped})")
     newest = max(found, key=lambda a: a["count"]) if found else None
@@ -268,7 +269,7 @@ def verify_chain(session: Session, anchors: Path | None = None) -> ChainReport:
             workspace's own.
     """
     key = load_key()
-    paths = [anchor_path(), *([anchors] if anchors is not None else [])]
+    paths = [anchors] if anchors is not None else []
     events = list(session.scalars(select(AuditEvent).order_by(AuditEvent.id)))
     hashes = [ev.hash for ev in events]
     keyed_events = len(events) > (key.unkeyed or 0) if key is not None else False

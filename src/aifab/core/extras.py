@@ -20,6 +20,7 @@ EXTRAS = {
     "psycopg": "postgres",
     "deltalake": "delta",
     "s3fs": "s3",
+    "redis": "redis",
 }
 
 

@@ -32,6 +32,12 @@ class Settings(BaseSettings):
         "replicas keep their node-local workspace (<job>/attempt-N/replica-R, removed when the "
         "replica ends; the store holds the rest).",
     )
+    redis_url: str | None = Field(
+        None,
+        description="Redis server (redis://host:6379/0) holding the gateways' rate-limit and "
+        "failed-sign-in buckets; default: the metadata DB when it is PostgreSQL, else each "
+        "machine's own.",
+    )
     actor: str | None = Field(None, description="Who is acting, for the audit log (CLI).")
     duckdb_memory_limit: str | None = Field(
         None, description="Memory cap for DuckDB queries, e.g. 2GB (default: DuckDB's, 80% of RAM)."
@@ -66,6 +72,11 @@ class Settings(BaseSettings):
             return (self.resolved_home,)
         parts = [p for p in self.model_roots.split(os.pathsep) if p.strip()]
         return tuple(Path(p).expanduser().resolve() for p in parts)
+
+    @property
+    def team_db(self) -> bool:
+        """Whether the metadata DB is a server that several machines share (not SQLite)."""
+        return not self.resolved_db_url.startswith("sqlite")
 
     @property
     def resolved_db_url(self) -> str:

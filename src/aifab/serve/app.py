@@ -65,8 +65,9 @@ def create_app(
     """
     from aifab.inference.request_log import RequestLogger
     from aifab.ops.cost.budget import BudgetGate
-    from aifab.serve.limits import RateLimiter, TokenQuota
+    from aifab.serve.limits import TokenQuota
     from aifab.serve.manager import DeploymentManager
+    from aifab.serve.store_limits import gateway_limiters
 
     metrics = Metrics()
     from prometheus_client import Counter
@@ -85,12 +86,10 @@ def create_app(
         app.state.request_log = RequestLogger(
             sample_rate=request_log_sample, on_drop=log_dropped.inc
         )
-        if shared_dir is None:
-            app.state.limiter = RateLimiter()
-        else:
-            from aifab.serve.shared_limits import SharedRateLimiter
-
-            app.state.limiter = SharedRateLimiter(shared_dir / "ratelimit.bin")
+        limiter, failures = gateway_limiters(shared_dir)
+        app.state.limiter = limiter
+        if getattr(app.state, "auth_failures", None) is None:  # a test may set its own first
+            app.state.auth_failures = failures
         app.state.quota = TokenQuota()
         app.state.budget_gate = BudgetGate()
         await asyncio.to_thread(app.state.budget_gate.refresh)

@@ -20,7 +20,7 @@ from fastapi import Depends, FastAPI, Request
 from fastapi.security import APIKeyHeader, HTTPAuthorizationCredentials, HTTPBearer
 
 from aifab.core.actor import acting_as
-from aifab.serve.auth_failures import FailedAuthLimiter
+from aifab.serve.auth_failures import FailedAuthLimiter, client_bucket
 from aifab.serve.errors import ApiError
 from aifab.serve.keys import PERMISSIONS, KeyInfo, authenticate, hash_secret
 from aifab.serve.limits import retry_after
@@ -154,7 +154,7 @@ def _failures(app: FastAPI) -> FailedAuthLimiter:
 
 def _client(request: Request) -> str:
     # The socket's peer: uvicorn runs with proxy headers off, so this cannot be spoofed.
-    return request.client.host if request.client is not None else "-"
+    return client_bucket(request.client.host) if request.client is not None else "-"
 
 
 def auth_wait(request: Request, secret: str) -> float | None:
@@ -163,10 +163,9 @@ def auth_wait(request: Request, secret: str) -> float | None:
     None when the address has failures left or ``secret`` was a valid key lately; costs no DB
     work either way, so a throttled flood of bogus keys is cheap to refuse.
     """
-    wait = _failures(request.app).wait(_client(request))
-    if wait is None or _cache(request.app).known(secret):
+    if _cache(request.app).known(secret):  # first: a shared throttle's wait is a store read
         return None
-    return wait
+    return _failures(request.app).wait(_client(request))
 
 
 def auth_failed(request: Request) -> None:

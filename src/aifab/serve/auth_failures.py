@@ -4,22 +4,42 @@ Each address may fail ``burst`` times, then once per ``60 / per_minute`` seconds
 address is over, a secret that is not a recently valid key is answered 429 before any DB work;
 a key that was valid recently still gets through (callers behind one address, or one NAT,
 keep working while a neighbour floods). The API (:mod:`aifab.serve.auth`) and the dashboard's
-sign-in share one limiter per server process.
+sign-in share one limiter per server process, or one store for every gateway
+(:mod:`aifab.serve.store_limits`). An IPv6 client counts by its /64 network, the block one
+subscriber gets, so cycling addresses within it buys no fresh budget.
 """
 
 from __future__ import annotations
 
+import ipaddress
 import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable
 
-__all__ = ["FAILED_AUTH_BURST", "FAILED_AUTH_PER_MIN", "FailedAuthLimiter"]
+__all__ = ["FAILED_AUTH_BURST", "FAILED_AUTH_PER_MIN", "FailedAuthLimiter", "client_bucket"]
 
 #: Failures an address may make at once before it is slowed down.
 FAILED_AUTH_BURST = 20
 #: Failures per minute an address regains after its burst is spent.
 FAILED_AUTH_PER_MIN = 30.0
+
+
+def client_bucket(host: str) -> str:
+    """Whose failures a client address counts as: itself (IPv4), its /64 network (IPv6).
+
+    An IPv4 address mapped into IPv6 (``::ffff:a.b.c.d``) counts as the IPv4 address; a host
+    that is not an address (a test client's name, ``-``) counts as itself.
+    """
+    try:
+        addr = ipaddress.ip_address(host.split("%", 1)[0])
+    except ValueError:
+        return host
+    if isinstance(addr, ipaddress.IPv6Address):
+        if addr.ipv4_mapped is not None:
+            return str(addr.ipv4_mapped)
+        return str(ipaddress.IPv6Network((addr, 64), strict=False))
+    return str(addr)
 
 
 class FailedAuthLimiter:

@@ -1,10 +1,10 @@
-"""Metadata tables of the gateway: API keys, token use, dashboard sessions, idempotent requests."""
+"""Gateway tables: API keys, token use, sessions, idempotent requests, shared rate buckets."""
 
 from __future__ import annotations
 
 import time
 
-from sqlalchemy import Float, Integer, String, Text
+from sqlalchemy import Float, Index, Integer, String, Text
 from sqlalchemy.orm import Mapped, mapped_column
 
 from aifab.core.db import Base
@@ -75,3 +75,18 @@ class IdempotentRequestRow(Base):
     status: Mapped[int | None] = mapped_column(Integer)
     body: Mapped[str | None] = mapped_column(Text)
     created_at: Mapped[float] = mapped_column(Float, nullable=False, index=True)
+
+
+class RateBucketRow(Base):
+    """One token bucket shared by every gateway on this DB (:mod:`aifab.serve.buckets`).
+
+    ``tat`` is the bucket's "theoretical arrival time" (GCRA): the epoch second at which it is
+    full again; a bucket whose ``tat`` has passed is full, and such rows are pruned.
+    """
+
+    __tablename__ = "rate_buckets"
+    __table_args__ = (Index("ix_rate_buckets_tat", "tat"),)
+
+    #: ``rate:<key id>`` or ``auth:<client address>``.
+    key: Mapped[str] = mapped_column(String(200), primary_key=True)
+    tat: Mapped[float] = mapped_column(Float, nullable=False)

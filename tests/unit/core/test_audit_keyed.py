@@ -76,7 +76,8 @@ def test_deleted_tail_with_updated_head_is_detected_by_the_anchor(cli) -> None:
 def test_anchors_are_written_every_n_events(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(audit, "ANCHOR_EVERY", 5)
     _events(11)
-    counts = [json.loads(line)["count"] for line in audit.anchor_path().read_text().splitlines()]
+    lines = audit_keys.anchor_path().read_text().splitlines()
+    counts = [json.loads(line)["count"] for line in lines]
     assert counts == [1, 5, 10]
     last = _sql("SELECT id, prev_hash FROM audit_events ORDER BY id DESC LIMIT 2")
     _sql("DELETE FROM audit_events WHERE id = :i", i=last[0][0])
@@ -90,7 +91,7 @@ def test_anchors_are_written_every_n_events(monkeypatch: pytest.MonkeyPatch) -> 
 
 def test_forged_or_removed_anchor_file_is_detected() -> None:
     _events(2)
-    path = audit.anchor_path()
+    path = audit_keys.anchor_path()
     line = json.loads(path.read_text().splitlines()[-1])
     path.write_text(json.dumps({**line, "count": 2}) + "\n")
     report = verify_audit()
@@ -132,7 +133,7 @@ def test_unkeyed_events_of_an_old_workspace_still_verify() -> None:
     _events(2)  # keyed from here on; the first anchor records the 3 unkeyed events
     report = verify_audit()
     assert report.ok, report.problems
-    assert json.loads(audit.anchor_path().read_text().splitlines()[0])["unkeyed"] == 3
+    assert json.loads(audit_keys.anchor_path().read_text().splitlines()[0])["unkeyed"] == 3
     # Editing an unkeyed event and recomputing the unkeyed hashes breaks the keyed link.
     _sql("UPDATE audit_events SET actor='mallory' WHERE id=1")
     _rehash_all()
@@ -148,7 +149,7 @@ def test_exported_anchor_catches_a_truncated_anchor_file(cli, tmp_path: Path) ->
     last = _sql("SELECT id, prev_hash FROM audit_events ORDER BY id DESC LIMIT 1")
     _sql("DELETE FROM audit_events WHERE id = :i", i=last[0][0])
     _sql("UPDATE audit_head SET count=2, hash=:h WHERE id = 1", h=last[0][1])
-    path = audit.anchor_path()
+    path = audit_keys.anchor_path()
     path.write_text(path.read_text().splitlines()[0] + "\n")
     assert verify_audit().ok  # the workspace's anchors were rewound too
     r = cli("audit", "verify", "--anchors", export)

@@ -16,7 +16,7 @@ from aifab.core import audit, audit_keys, verify_audit
 def test_losing_the_key_and_anchors_then_rehashing_is_detected() -> None:
     _events(3)
     audit_keys.key_path().unlink()
-    audit.anchor_path().unlink()
+    audit_keys.anchor_path().unlink()
     _rehash_all()
     report = verify_audit()
     assert not report.ok
@@ -28,7 +28,7 @@ def test_a_wiped_log_is_not_an_empty_one() -> None:
     _events(3)
     _sql("DELETE FROM audit_events")
     _sql("DELETE FROM audit_head")
-    audit.anchor_path().unlink()
+    audit_keys.anchor_path().unlink()
     report = verify_audit()
     assert not report.ok and report.events == 0
     assert any("wiped" in p for p in report.problems), report.problems
@@ -44,7 +44,7 @@ def test_a_configured_key_that_goes_missing_is_detected(monkeypatch: pytest.Monk
     _events(2)
     assert verify_audit().ok
     monkeypatch.delenv("AIFAB_AUDIT_KEY")
-    audit.anchor_path().unlink()
+    audit_keys.anchor_path().unlink()
     _rehash_all()
     report = verify_audit()
     assert not report.ok

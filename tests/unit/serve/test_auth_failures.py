@@ -128,3 +128,24 @@ def test_the_dashboard_sign_in_is_throttled_per_address(server: TestClient) -> N
     # A key valid lately still signs in from the throttled address.
     r = server.post("/ui/login", data={"key": good}, follow_redirects=False)
     assert r.status_code == 303
+
+
+def test_an_ipv6_client_counts_by_its_64_network() -> None:
+    """Issue 31 item 10: every address of one /64 shares one budget (a subscriber has them
+    all); an IPv4 address mapped into IPv6 counts as itself."""
+    app = FastAPI()
+    install_error_handlers(app)
+    app.state.auth_failures = FailedAuthLimiter(burst=3, per_minute=60, clock=Clock())
+
+    @app.get("/read")
+    def read(p: Principal = Depends(require("read"))) -> dict[str, str]:
+        return {"role": p.role}
+
+    def attempt(host: str) -> int:
+        return TestClient(app, client=(host, 4000)).get("/read", headers=bogus()).status_code
+
+    assert [attempt(f"2001:db8:1:2::{i:x}") for i in range(1, 4)] == [401, 401, 401]
+    assert attempt("2001:db8:1:2:ffff:ffff:ffff:ffff") == 429  # same /64, fresh address
+    assert attempt("2001:db8:1:3::1") == 401  # the next /64 is someone else
+    assert [attempt(h) for h in ("192.0.2.7", "::ffff:192.0.2.7", "192.0.2.7")] == [401] * 3
+    assert attempt("::ffff:192.0.2.7") == 429
