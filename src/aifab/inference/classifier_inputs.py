@@ -6,7 +6,6 @@ field at fault; values come back JSON-ready (dates stay ISO strings) for the req
 
 from __future__ import annotations
 
-import io
 import math
 import numbers
 from collections.abc import Callable, Iterable, Mapping
@@ -17,7 +16,9 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+from aifab.core import workers
 from aifab.core.errors import InvalidInputError
+from aifab.data.image_decode import IMAGE_TIMEOUT_S, decode_pixels
 from aifab.data.image_text import decode_image_text
 
 __all__ = ["Column", "ImageData", "RecordDecoder", "Reject", "column_for_type", "decode_image"]
@@ -188,15 +189,10 @@ def decode_image(data: bytes, size: int, channels: int) -> np.ndarray:
     """Image bytes -> ``(channels, size, size)`` float32 in [0, 1].
 
     Exactly what training did to image files (``aifab.models.inputs.image_files``): convert
-    to L or RGB, resize, divide by 255.
+    to L or RGB, resize, divide by 255. Only allowed formats open
+    (:data:`~aifab.data.image_decode.ALLOWED_FORMATS`).
     """
-    from PIL import Image
-
-    mode = "L" if channels == 1 else "RGB"
-    with Image.open(io.BytesIO(data)) as im:
-        arr = np.asarray(im.convert(mode).resize((size, size)), dtype=np.float32) / 255.0
-    out: np.ndarray = arr.reshape(size, size, channels).transpose(2, 0, 1)
-    return out
+    return decode_pixels(data, size, channels, None)
 
 
 def image_column(
@@ -210,8 +206,8 @@ def image_column(
     """A column of base64 images (optionally ``data:`` URLs), decoded while checking.
 
     ``max_bytes`` caps the encoded file and ``max_pixels`` its width x height; both are checked
-    before any pixel is decoded (the size from the base64 length, the pixels from the header),
-    so an oversized image costs no decoding.
+    before any pixel is decoded (the size from the base64 length, the pixels from the header
+    of an allowed format), so an oversized image costs no decoding.
     """
 
     def check(value: Any) -> Any:
@@ -224,27 +220,25 @@ def image_column(
         except ValueError as exc:
             raise Reject(f"image of {exc}" if "max_image_bytes" in str(exc) else str(exc)) from None
         try:
-            if max_pixels is not None:
-                _check_pixels(data, max_pixels)
-            pixels = decode_image(data, size, channels)
-        except Reject:
-            raise
-        except Exception as exc:  # noqa: BLE001 - any decoder failure is the caller's bad image
-            raise Reject(f"not a readable image ({type(exc).__name__}: {exc})") from None
+            # In a memory-capped worker (killed at its time limit) when the server runs one.
+            pixels = workers.run(
+                decode_pixels,
+                data,
+                size,
+                channels,
+                max_pixels,
+                timeout_s=IMAGE_TIMEOUT_S,
+                what="image decode",
+            )
+        except ValueError as exc:
+            raise Reject(str(exc)) from None
+        except InvalidInputError as exc:
+            raise Reject(exc.message) from None
         out = ImageData(value)
         out.pixels = pixels
         return out
 
     return Column(name, "image", check)
-
-
-def _check_pixels(data: bytes, max_pixels: int) -> None:
-    from PIL import Image
-
-    with Image.open(io.BytesIO(data)) as im:  # reads the header only
-        width, height = im.size
-    if width * height > max_pixels:
-        raise Reject(f"image of {width}x{height} pixels is over max_image_pixels ({max_pixels})")
 
 
 class RecordDecoder:

@@ -115,7 +115,8 @@ async def predict_body(
         if not isinstance(payload, dict):
             raise ApiError(422, "body: expected an object with 'records' or 'rows'", param="body")
         try:
-            items = target.handler.decode(payload)
+            # Off the event loop: image columns wait here on the worker pool.
+            items = await request.state.principal.call(target.handler.decode, payload)
         except InvalidInputError as exc:
             raise as_api_error(exc) from None
         except (TypeError, ValueError, KeyError, AttributeError) as exc:
