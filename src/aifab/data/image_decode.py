@@ -18,6 +18,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "ALLOWED_FORMATS",
+    "ImageTooLarge",
     "IMAGE_TIMEOUT_S",
     "decode_pixels",
     "image_header",
@@ -31,12 +32,17 @@ ALLOWED_FORMATS = ("PNG", "JPEG", "WEBP", "GIF", "BMP")
 IMAGE_TIMEOUT_S = 10.0
 
 
+class ImageTooLarge(ValueError):
+    """The header claims more pixels than allowed (or than Pillow's own bomb limit)."""
+
+
 def open_checked(data: bytes, max_pixels: int | None) -> Image.Image:
     """Open ``data`` (the header only) with an allowed format's plugin, its pixels capped.
 
     Raises:
-        ValueError: not an image, a format outside :data:`ALLOWED_FORMATS` (named), or over
-            ``max_pixels`` (the message names ``max_image_pixels``).
+        ValueError: not an image, or a format outside :data:`ALLOWED_FORMATS` (named).
+        ImageTooLarge: over ``max_pixels`` (the message names ``max_image_pixels``) or
+            Pillow's own decompression-bomb limit.
     """
     from PIL import Image
 
@@ -48,12 +54,14 @@ def open_checked(data: bytes, max_pixels: int | None) -> Image.Image:
             allowed = ", ".join(ALLOWED_FORMATS)
             raise ValueError(f"image format {found} is not allowed (allowed: {allowed})") from None
         raise ValueError("not a readable image (no known image format)") from None
-    except (OSError, SyntaxError, Image.DecompressionBombError) as exc:
+    except Image.DecompressionBombError as exc:
+        raise ImageTooLarge(f"image too large to decode ({exc})") from None
+    except (OSError, SyntaxError) as exc:
         raise ValueError(f"not a readable image ({exc})") from None
     width, height = im.size
     if max_pixels is not None and width * height > max_pixels:
         im.close()
-        raise ValueError(
+        raise ImageTooLarge(
             f"image of {width}x{height} pixels is over max_image_pixels ({max_pixels})"
         )
     return im
