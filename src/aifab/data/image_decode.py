@@ -95,10 +95,13 @@ def image_header(data: bytes, max_pixels: int | None = None) -> dict[str, Any]:
         return {"width": im.size[0], "height": im.size[1], "format": im.format, "mode": im.mode}
 
 
-def decode_pixels(data: bytes, size: int, channels: int, max_pixels: int | None) -> np.ndarray:
-    """Image bytes -> ``(channels, size, size)`` float32 in [0, 1] (what training did).
+def decode_pixels(
+    data: bytes, size: int, channels: int, max_pixels: int | None
+) -> tuple[np.ndarray, tuple[int, int]]:
+    """Image bytes -> ``(channels, size, size)`` float32 in [0, 1], and its ``(width, height)``.
 
-    Converted to L or RGB, resized to ``size`` x ``size``, divided by 255.
+    The size is the image's own, what its work is priced by. The pixels are converted to L or
+    RGB, resized to ``size`` x ``size`` and divided by 255.
 
     Raises:
         ValueError: as :func:`open_checked`, or a truncated or corrupt image.
@@ -107,13 +110,14 @@ def decode_pixels(data: bytes, size: int, channels: int, max_pixels: int | None)
 
     mode = "L" if channels == 1 else "RGB"
     with open_checked(data, max_pixels) as im:
+        width, height = im.size
         try:
             small = im.convert(mode).resize((size, size))
         except (OSError, SyntaxError) as exc:
             raise ValueError(f"not a readable image ({exc})") from None
     arr = np.asarray(small, dtype=np.float32) / 255.0
     out: np.ndarray = arr.reshape(size, size, channels).transpose(2, 0, 1)
-    return out
+    return out, (width, height)
 
 
 def thumbnail_png(data: bytes, max_pixels: int, size: int) -> tuple[bytes, dict[str, Any]]:

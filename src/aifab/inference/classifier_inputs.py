@@ -21,7 +21,15 @@ from aifab.core.errors import InvalidInputError
 from aifab.data.image_decode import IMAGE_TIMEOUT_S, decode_pixels
 from aifab.data.image_text import decode_image_text
 
-__all__ = ["Column", "ImageData", "RecordDecoder", "Reject", "column_for_type", "decode_image"]
+__all__ = [
+    "Column",
+    "ImageData",
+    "RecordDecoder",
+    "Reject",
+    "column_for_type",
+    "decode_image",
+    "image_tokens",
+]
 
 
 class Reject(Exception):
@@ -43,10 +51,30 @@ class Column:
     arrow_type: pa.DataType | None = None
 
 
+#: Image work is priced like OpenAI's vision input: a base charge plus one per 512 x 512 tile
+#: of the image as sent, so a token quota bounds how many pixels a key has decoded.
+TILE_PX = 512
+TOKENS_PER_IMAGE = 85
+TOKENS_PER_TILE = 170
+
+
+def image_tokens(width: int, height: int) -> int:
+    """Tokens an image of ``width`` x ``height`` costs: 85 + 170 per 512 x 512 tile."""
+    tiles = -(-width // TILE_PX) * -(-height // TILE_PX)
+    return TOKENS_PER_IMAGE + TOKENS_PER_TILE * tiles
+
+
 class ImageData(str):
     """A base64 image (still the caller's string, so it logs as JSON) with its decoded pixels."""
 
     pixels: np.ndarray
+    #: The image's own width and height, as sent (before resizing).
+    size: tuple[int, int]
+
+    @property
+    def tokens(self) -> int:
+        """What decoding this image costs against a token quota (:func:`image_tokens`)."""
+        return image_tokens(*self.size)
 
 
 def _kind(value: Any) -> str:
@@ -192,7 +220,7 @@ def decode_image(data: bytes, size: int, channels: int) -> np.ndarray:
     to L or RGB, resize, divide by 255. Only allowed formats open
     (:data:`~aifab.data.image_decode.ALLOWED_FORMATS`).
     """
-    return decode_pixels(data, size, channels, None)
+    return decode_pixels(data, size, channels, None)[0]
 
 
 def image_column(
@@ -221,7 +249,7 @@ def image_column(
             raise Reject(f"image of {exc}" if "max_image_bytes" in str(exc) else str(exc)) from None
         try:
             # In a memory-capped worker (killed at its time limit) when the server runs one.
-            pixels = workers.run(
+            pixels, shape = workers.run(
                 decode_pixels,
                 data,
                 size,
@@ -235,7 +263,7 @@ def image_column(
         except InvalidInputError as exc:
             raise Reject(exc.message) from None
         out = ImageData(value)
-        out.pixels = pixels
+        out.pixels, out.size = pixels, shape
         return out
 
     return Column(name, "image", check)

@@ -317,6 +317,39 @@ def test_an_ico_wrapping_a_huge_png_is_refused_before_decoding_over_http(
         assert "image format ICO is not allowed" in r.json()["error"]["message"]
 
 
+def test_image_work_is_priced_by_pixels_and_capped_per_request_over_http(
+    fused: dict[str, Any], clip: dict[str, Any], parcels: list[dict[str, Any]], live_server: Any
+) -> None:
+    """Issue 31, item 2: an image cost 1 token whatever its size, and /v1/embeddings took any
+    number of images; a 1024x1024 image is now 4 tiles of 512x512 (85 + 4 x 170 tokens)."""
+    import io
+
+    from PIL import Image
+
+    from aifab.inference.deployments import create_deployment
+    from aifab.serve.keys import create_key
+
+    create_deployment("parcels-fused@1", name="parcels-priced", max_batch_size=8, max_wait_ms=5)
+    create_deployment("parcels-clip@1", name="clip-priced")
+    _, secret = create_key("client", name="priced", rate=None, token_quota=700)
+    server = live_server(reconcile_interval_s=0.2)
+    buf = io.BytesIO()
+    Image.new("RGB", (1024, 1024), (90, 90, 90)).save(buf, format="PNG")
+    record = {**_records(parcels, 1)[0], "image": _b64(buf.getvalue())}
+    auth = {"Authorization": f"Bearer {secret}"}
+    with httpx.Client(base_url=server.url, headers=auth, timeout=60) as http:
+        r = _ready_post(http, "/v1/predict/parcels-priced", {"records": [record]})
+        assert r.status_code == 429, r.text
+        assert "765" in r.json()["error"]["message"]  # the tokens asked for, named
+        small = _records(parcels, 1)[0]  # 32x32: one tile, 255 tokens
+        r = http.post("/v1/predict/parcels-priced", json={"records": [small]})
+        assert r.status_code == 200, r.text
+        url = "data:image/png;base64," + small["image"]
+        r = _ready_post(http, "/v1/embeddings", {"model": "clip-priced", "input": [url] * 17})
+        assert r.status_code == 400, r.text
+        assert "at most 16 images" in r.json()["error"]["message"]
+
+
 def _ready_post(http: Any, route: str, body: dict[str, Any]) -> Any:
     """POST ``body``, again while the deployment is still loading (503), up to two minutes."""
     import time

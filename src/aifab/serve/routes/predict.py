@@ -6,6 +6,7 @@ validator of rows, and skipping a model layer keeps the hot path short.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 from typing import Any
@@ -15,9 +16,10 @@ from fastapi.responses import JSONResponse, Response
 
 from aifab.core.errors import InvalidInputError
 from aifab.core.ids import new_id
+from aifab.inference.classifier_inputs import ImageData
 from aifab.serve.auth import Principal, require
 from aifab.serve.errors import ApiError, as_api_error
-from aifab.serve.invoke import invoke, record
+from aifab.serve.invoke import invoke, record, reserve
 
 router = APIRouter(tags=["predict"])
 
@@ -133,8 +135,22 @@ async def predict_body(
         )
         raise
     request_id = new_id("req")
+    image_tokens = _image_tokens(items)
+    if image_tokens:
+        try:
+            await asyncio.to_thread(reserve, request, image_tokens)
+        except ApiError as exc:
+            record(request, served.name, status=exc.status, started=started, route=ROUTE)
+            raise
     outputs = await invoke(
-        request, served, target, items, started=started, route=ROUTE, request_id=request_id
+        request,
+        served,
+        target,
+        items,
+        started=started,
+        route=ROUTE,
+        request_id=request_id,
+        input_tokens=image_tokens,
     )
     encode = target.handler.encode
     return {
@@ -143,3 +159,14 @@ async def predict_body(
         "predictions": [encode(o) for o in outputs],
         "request_id": request_id,
     }
+
+
+def _image_tokens(items: list[Any]) -> int:
+    """What the request's images cost against the key's token quota (priced by pixels)."""
+    return sum(
+        v.tokens
+        for item in items
+        if isinstance(item, dict)
+        for v in item.values()
+        if isinstance(v, ImageData)
+    )
