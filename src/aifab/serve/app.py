@@ -26,7 +26,7 @@ log = logging.getLogger("aifab.serve")
 __all__ = ["create_app"]
 
 #: Modules holding the worker pool's tasks: its fork server imports them once.
-WORKER_PRELOAD = ("aifab.data.image_decode", "aifab.data.browse")
+WORKER_PRELOAD = ("aifab.data.image_decode", "aifab.data.browse", "aifab.prompts.template")
 
 _ROUTERS = (
     "aifab.serve.routes.health",
