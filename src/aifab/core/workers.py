@@ -18,6 +18,7 @@ import multiprocessing
 import os
 import threading
 from collections.abc import Callable
+from concurrent.futures import CancelledError
 from concurrent.futures import TimeoutError as FutureTimeout
 from typing import Any, TypeVar
 
@@ -25,7 +26,7 @@ from aifab.core.actor import current_actor
 from aifab.core.errors import AifabError, InvalidInputError
 from aifab.core.settings import get_settings
 
-__all__ = ["WorkerBusyError", "is_running", "run", "start", "stop"]
+__all__ = ["PoolStoppedError", "WorkerBusyError", "is_running", "run", "start", "stop"]
 
 T = TypeVar("T")
 
@@ -40,6 +41,14 @@ class WorkerBusyError(AifabError):
 _lock = threading.Lock()
 _pool: Any = None  # pebble.ProcessPool once started
 _per_key: dict[str, threading.BoundedSemaphore] = {}
+#: Futures being waited on: :func:`stop` cancels them, as pebble's stop leaves them unresolved.
+_waiting: set[Any] = set()
+
+
+class PoolStoppedError(AifabError):
+    """The pool was stopped (the server is shutting down) while the task waited or ran."""
+
+    http_status = 503
 
 
 def _limit_worker(memory_bytes: int) -> None:
@@ -81,6 +90,9 @@ def stop() -> None:
     global _pool
     with _lock:
         pool, _pool = _pool, None
+        waiting = list(_waiting)
+    for future in waiting:
+        future.cancel()  # pebble kills the worker of a running task it cancels
     if pool is not None:
         pool.stop()  # terminates running tasks' workers; nothing is waited for
         pool.join(timeout=2)
@@ -107,6 +119,7 @@ def run(fn: Callable[..., T], *args: Any, timeout_s: float, what: str = "task") 
 
     Raises:
         WorkerBusyError: the key's slots stayed taken for ``timeout_s``.
+        PoolStoppedError: :func:`stop` was called (the server is shutting down).
         InvalidInputError: the task ran past ``timeout_s`` or over the worker's memory limit
             (its worker was killed), named with ``what``. Exceptions ``fn`` raises come back as
             they are.
@@ -121,9 +134,18 @@ def run(fn: Callable[..., T], *args: Any, timeout_s: float, what: str = "task") 
         limit = get_settings().worker_per_key
         raise WorkerBusyError(f"{what}: this key already has {limit} tasks running; retry later")
     try:
-        future = pool.schedule(fn, args=args, timeout=timeout_s)
+        try:
+            future = pool.schedule(fn, args=args, timeout=timeout_s)
+        except RuntimeError:  # stopped since this call read it
+            raise PoolStoppedError(f"{what} stopped: the server is shutting down") from None
+        with _lock:
+            _waiting.add(future)
+            if _pool is not pool:  # stopped between scheduling and here
+                future.cancel()
         try:
             result: T = future.result()
+        except CancelledError:
+            raise PoolStoppedError(f"{what} stopped: the server is shutting down") from None
         except FutureTimeout:
             raise InvalidInputError(
                 f"{what} stopped at its time limit ({timeout_s:g} s); its worker was killed"
@@ -137,6 +159,9 @@ def run(fn: Callable[..., T], *args: Any, timeout_s: float, what: str = "task") 
                 f"{what} ended its worker (exit code {exc.exitcode}); "
                 "likely over the worker memory limit"
             ) from None
+        finally:
+            with _lock:
+                _waiting.discard(future)
         return result
     finally:
         slot.release()

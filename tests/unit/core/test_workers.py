@@ -44,3 +44,14 @@ def test_a_task_over_the_memory_limit_fails_and_the_pool_goes_on(pool: None) -> 
 def test_errors_of_the_task_come_back_as_they_are(pool: None) -> None:
     with pytest.raises(ValueError, match="invalid literal"):
         workers.run(int, "x", timeout_s=30)
+
+
+def test_stopping_the_pool_answers_the_tasks_it_kills(pool: None) -> None:
+    """pebble's stop left a running task's future unresolved: its caller waited forever."""
+    import threading
+
+    stopper = threading.Timer(1.0, workers.stop)
+    stopper.start()
+    with pytest.raises(workers.PoolStoppedError, match="shutting down"):
+        workers.run(time.sleep, 120, timeout_s=180, what="sleep")
+    stopper.join()
