@@ -39,9 +39,10 @@ class Settings(BaseSettings):
     duckdb_threads: int | None = Field(None, description="DuckDB threads; default all cores.")
     worker_processes: int = Field(
         2,
-        ge=1,
+        ge=0,
         description="Worker processes that decode images, render templates and run agents' SQL "
-        "for the server.",
+        "for the server; 0 runs that work in the server's own process, without its limits "
+        "(for measuring the pool's cost only).",
     )
     worker_memory_mb: int = Field(
         1536,

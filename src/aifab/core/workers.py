@@ -62,6 +62,8 @@ def _limit_worker(memory_bytes: int) -> None:
 def start(preload: tuple[str, ...] = ()) -> None:
     """Start the pool (idempotent); workers fork lazily from a fork server on first use.
 
+    With ``AIFAB_WORKER_PROCESSES=0`` nothing starts and :func:`run` calls inline.
+
     Args:
         preload: modules the fork server imports once (those holding the tasks), so a fresh
             worker (after a kill) starts in milliseconds instead of re-importing Pillow,
@@ -71,9 +73,9 @@ def start(preload: tuple[str, ...] = ()) -> None:
     from pebble import ProcessPool
 
     with _lock:
-        if _pool is not None:
-            return
         settings = get_settings()
+        if _pool is not None or settings.worker_processes == 0:
+            return
         ctx = multiprocessing.get_context("forkserver")
         ctx.set_forkserver_preload(list(preload))
         _pool = ProcessPool(
