@@ -40,6 +40,9 @@ class WorkerBusyError(AifabError):
 
 _lock = threading.Lock()
 _pool: Any = None  # pebble.ProcessPool once started
+#: Set by ``stop(final=True)`` (a SIGTERM) until the next :func:`start`: work arriving while
+#: the server shuts down is refused, never run inline in the server's process.
+_stopped = False
 _per_key: dict[str, threading.BoundedSemaphore] = {}
 #: Futures being waited on: :func:`stop` cancels them, as pebble's stop leaves them unresolved.
 _waiting: set[Any] = set()
@@ -69,13 +72,14 @@ def start(preload: tuple[str, ...] = ()) -> None:
             worker (after a kill) starts in milliseconds instead of re-importing Pillow,
             NumPy or DuckDB.
     """
-    global _pool
+    global _pool, _stopped
     from pebble import ProcessPool
 
     with _lock:
         settings = get_settings()
         if _pool is not None or settings.worker_processes == 0:
             return
+        _stopped = False
         ctx = multiprocessing.get_context("forkserver")
         ctx.set_forkserver_preload(list(preload))
         _pool = ProcessPool(
@@ -87,11 +91,17 @@ def start(preload: tuple[str, ...] = ()) -> None:
     atexit.register(stop)
 
 
-def stop() -> None:
-    """Kill the workers and whatever they are running (the server's shutdown calls this)."""
-    global _pool
+def stop(*, final: bool = False) -> None:
+    """Kill the workers and whatever they are running (the server's shutdown calls this).
+
+    Args:
+        final: the process is shutting down (a signal): until a new :func:`start`, :func:`run`
+            refuses work instead of running it inline.
+    """
+    global _pool, _stopped
     with _lock:
         pool, _pool = _pool, None
+        _stopped = final
         waiting = list(_waiting)
     for future in waiting:
         future.cancel()  # pebble kills the worker of a running task it cancels
@@ -126,8 +136,7 @@ def run(fn: Callable[..., T], *args: Any, timeout_s: float, what: str = "task") 
             (its worker was killed), named with ``what``. Exceptions ``fn`` raises come back as
             they are.
     """
-    pool = _pool
-    if pool is None:
+    if _pool is None and not _stopped:
         return fn(*args)
     from pebble import ProcessExpired
 
@@ -136,7 +145,10 @@ def run(fn: Callable[..., T], *args: Any, timeout_s: float, what: str = "task") 
         limit = get_settings().worker_per_key
         raise WorkerBusyError(f"{what}: this key already has {limit} tasks running; retry later")
     try:
+        pool = _pool
         try:
+            if pool is None:
+                raise RuntimeError("stopped")
             future = pool.schedule(fn, args=args, timeout=timeout_s)
         except RuntimeError:  # stopped since this call read it
             raise PoolStoppedError(f"{what} stopped: the server is shutting down") from None

@@ -110,7 +110,8 @@ def _server_killing_workers_at_exit(config: Any) -> Any:
     handle_exit = server.handle_exit
 
     def on_exit(sig: int, frame: Any) -> None:
-        threading.Thread(target=workers.stop, name="aifab-pool-stop", daemon=True).start()
+        stop = threading.Thread(target=workers.stop, kwargs={"final": True}, daemon=True)
+        stop.start()
         handle_exit(sig, frame)
 
     server.handle_exit = on_exit  # type: ignore[method-assign]

@@ -55,3 +55,10 @@ def test_stopping_the_pool_answers_the_tasks_it_kills(pool: None) -> None:
     with pytest.raises(workers.PoolStoppedError, match="shutting down"):
         workers.run(time.sleep, 120, timeout_s=180, what="sleep")
     stopper.join()
+
+
+def test_after_a_final_stop_work_is_refused_not_run_inline(pool: None) -> None:
+    """A SIGTERM's stop: a request arriving during the shutdown ran its work in the server."""
+    workers.stop(final=True)
+    with pytest.raises(workers.PoolStoppedError):
+        workers.run(os.getpid, timeout_s=5)
