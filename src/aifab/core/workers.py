@@ -49,7 +49,10 @@ _waiting: set[Any] = set()
 
 
 class PoolStoppedError(AifabError):
-    """The pool was stopped (the server is shutting down) while the task waited or ran."""
+    """The pool was stopped (the server is shutting down) while the task waited or ran.
+
+    A server-side failure: the gateway answers it as a plain 500.
+    """
 
     http_status = 503
 

@@ -99,7 +99,7 @@ def serve(
 def _server_killing_workers_at_exit(config: Any) -> Any:
     """A uvicorn server whose SIGTERM/SIGINT also kills the worker pool at once.
 
-    Requests waiting on a worker (an image decode, a render, an agent's SQL) then answer 503
+    Requests waiting on a worker (an image decode, a render, an agent's SQL) then answer
     right away instead of holding the graceful shutdown until their task ends.
     """
     import uvicorn
