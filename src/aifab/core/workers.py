@@ -38,6 +38,15 @@ class WorkerBusyError(AifabError):
     exit_code = 4
 
 
+class PoolStoppedError(AifabError):
+    """The pool was stopped (the server is shutting down) while the task waited or ran.
+
+    A server-side failure: the gateway answers it as a plain 500.
+    """
+
+    http_status = 503
+
+
 _lock = threading.Lock()
 _pool: Any = None  # pebble.ProcessPool once started
 #: Set by ``stop(final=True)`` (a SIGTERM) until the next :func:`start`: work arriving while
@@ -46,15 +55,6 @@ _stopped = False
 _per_key: dict[str, threading.BoundedSemaphore] = {}
 #: Futures being waited on: :func:`stop` cancels them, as pebble's stop leaves them unresolved.
 _waiting: set[Any] = set()
-
-
-class PoolStoppedError(AifabError):
-    """The pool was stopped (the server is shutting down) while the task waited or ran.
-
-    A server-side failure: the gateway answers it as a plain 500.
-    """
-
-    http_status = 503
 
 
 def _limit_worker(memory_bytes: int) -> None:
@@ -91,6 +91,7 @@ def start(preload: tuple[str, ...] = ()) -> None:
             initargs=(settings.worker_memory_mb << 20,),
             context=ctx,
         )
+    atexit.unregister(stop)  # once, however often the pool is restarted
     atexit.register(stop)
 
 
