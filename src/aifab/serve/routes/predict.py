@@ -117,8 +117,12 @@ async def predict_body(
         if not isinstance(payload, dict):
             raise ApiError(422, "body: expected an object with 'records' or 'rows'", param="body")
         try:
-            # Off the event loop: image columns wait here on the worker pool.
-            items = await request.state.principal.call(target.handler.decode, payload)
+            if "image" in getattr(target.handler, "input_modalities", ()):
+                # Off the event loop: each image waits here on the worker pool.
+                items = await request.state.principal.call(target.handler.decode, payload)
+            else:
+                # No images: cheap, and kept off the thread pool that image waits can fill.
+                items = target.handler.decode(payload)
         except InvalidInputError as exc:
             raise as_api_error(exc) from None
         except (TypeError, ValueError, KeyError, AttributeError) as exc:
