@@ -6,11 +6,15 @@ attackers send what issue 9 found: 100 MB unauthenticated bodies, 100 MB chunked
 predict, 20,000-column pushes, wide pushes that seal a version, deeply nested JSON and
 stalled uploads; and what issue 19 found: floods of random bogus keys and of failed dashboard
 sign-ins, distinct and over-long ``/ui/static`` misses, and 500-row x 2,048-column pushes into
-an existing dataset. It prints the victim's P50/P99 in both phases, their ratio, what the
-attackers were answered, and how long SIGTERM took to stop the server with the attack still
-running. Goals: the victim's P99 under attack below 100 ms; SIGTERM stops it within 5 s.
+an existing dataset; and what issue 31 found: dashboard thumbnails of a lake cell holding an
+ICO whose header says 16x16 around an 8,000 x 8,000 PNG, and prompt renders of one
+``wordwrap(1)`` over 450k characters (each of those from four threads). It prints the victim's
+P50/P99 in both phases, their ratio, what the attackers were answered, the largest RSS of the
+server with all its processes (the worker pool's included) under attack, and how long SIGTERM
+took to stop the server with the attack still running. Goals: the victim's P99 under attack
+below 100 ms (issue 31: at most 3x its quiet P99); RSS under 2 GB; SIGTERM within 5 s.
 
-    python bench/hostile.py [--seconds 20] [--home DIR] [--only bogus-keys,login-flood]
+    python bench/hostile.py [--seconds 20] [--home DIR] [--only ico-thumbnail,render-wordwrap]
 """
 
 from __future__ import annotations
@@ -34,6 +38,39 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 _MIB = 1024 * 1024
 _CHUNK = b"x" * _MIB
+
+
+def ico_bomb(side: int = 8000) -> bytes:
+    """An ICO whose directory says 16x16 but which holds a ``side`` x ``side`` PNG (~60 KB)."""
+    import io
+    import struct
+
+    from PIL import Image
+
+    buf = io.BytesIO()
+    Image.new("L", (side, side), 0).save(buf, format="PNG")
+    png = buf.getvalue()
+    entry = struct.pack("<BBBBHHII", 16, 16, 0, 0, 1, 32, len(png), 6 + 16)
+    return struct.pack("<HHH", 0, 1, 1) + entry + png
+
+
+def prepare_issue31(home: Path) -> str:
+    """A dataset with an ICO-bomb cell, the ``wrap`` prompt; the attacker's viewer key."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from aifab.data import ingest, list_datasets
+    from aifab.prompts import create_prompt, list_prompts
+    from aifab.serve.keys import create_key
+
+    if "icons" not in {d["name"] for d in list_datasets()}:
+        path = home.parent / "icons.parquet"
+        pq.write_table(pa.table({"image": pa.array([ico_bomb()], pa.binary())}), path)
+        ingest("icons", str(path))
+    if "wrap" not in {p["name"] for p in list_prompts()}:
+        create_prompt("wrap", "{{ text | wordwrap(1) }}", variables=["text"])
+    _, viewer = create_key("viewer", name="attacker-viewer", rate=None)
+    return viewer
 
 
 def prepare(home: Path) -> tuple[str, str, dict[str, Any]]:
@@ -131,8 +168,36 @@ def raw_send(port: int, head: list[str], body: Any, total: int, chunked: bool) -
     return int(reply.split(b" ", 2)[1]) if reply.startswith(b"HTTP/") else 0
 
 
+def issue31_senders(port: int, key: str, viewer: str) -> dict[str, Any]:
+    """Issue 31's attacks: ICO-bomb thumbnails (signed in as a viewer), wordwrap renders."""
+    import httpx
+
+    base = f"http://127.0.0.1:{port}"
+    local = threading.local()
+
+    def session() -> httpx.Client:
+        if not hasattr(local, "http"):
+            local.http = httpx.Client(base_url=base, timeout=120)
+            local.http.post("/ui/login", data={"key": viewer, "next": "/ui"})
+        http: httpx.Client = local.http
+        return http
+
+    def thumbnail() -> int:
+        url = "/ui/data/icons/versions/1/thumbnail?column=image&row=0"
+        return session().get(url).status_code
+
+    text = "a" * 450_000
+    auth = {"Authorization": f"Bearer {key}"}
+
+    def render() -> int:
+        body = {"variables": {"text": text}}
+        return session().post("/v1/prompts/wrap/render", json=body, headers=auth).status_code
+
+    return {"ico-thumbnail": thumbnail, "render-wordwrap": render}
+
+
 def attackers(
-    port: int, key: str, stop: threading.Event, only: str | None = None
+    port: int, key: str, stop: threading.Event, only: str | None = None, viewer: str = ""
 ) -> collections.Counter[str]:
     """Start the hostile senders; the counter fills with ``kind status`` answers."""
     seen: collections.Counter[str] = collections.Counter()
@@ -222,19 +287,45 @@ def attackers(
     for kind, send in kinds.items():
         if only is None or kind in only.split(","):
             threading.Thread(target=loop, args=(kind, send), daemon=True).start()
+    for kind, send in issue31_senders(port, key, viewer).items():
+        if only is None or kind in only.split(","):
+            for _ in range(4):  # parallel, like the issue's six clients of one key
+                threading.Thread(target=loop, args=(kind, send), daemon=True).start()
     if only is None or "stall" in only.split(","):
         threading.Thread(target=stall, daemon=True).start()
     return seen
 
 
-def attack_process(port: int, key: str, only: str | None, stop: Any, out: Any) -> None:
+def attack_process(port: int, key: str, viewer: str, only: str | None, stop: Any, out: Any) -> None:
     """The attackers in a process of their own, so their GIL is not the victim client's."""
     local = threading.Event()
-    seen = attackers(port, key, local, only)
+    seen = attackers(port, key, local, only, viewer)
     stop.wait()
     local.set()
     time.sleep(0.5)
     out.put(dict(seen))
+
+
+class RssPeak:
+    """The largest RSS of a process and all its children, sampled every 0.2 s in a thread."""
+
+    def __init__(self, pid: int) -> None:
+        self.peak = 0
+        self.done = threading.Event()
+        threading.Thread(target=self._watch, args=(pid,), daemon=True).start()
+
+    def _watch(self, pid: int) -> None:
+        import psutil
+
+        root = psutil.Process(pid)
+        while not self.done.wait(0.2):
+            total = 0
+            for p in [root, *root.children(recursive=True)]:
+                try:
+                    total += p.memory_info().rss
+                except psutil.Error:
+                    continue
+            self.peak = max(self.peak, total)
 
 
 def summary(name: str, lat: list[float]) -> tuple[float, float]:
@@ -254,17 +345,22 @@ def main() -> None:
     args = parser.parse_args()
     home = args.home or Path(tempfile.mkdtemp(prefix="aifab-bench-hostile-")) / "ws"
     victim, attacker, row = prepare(home)
+    viewer = prepare_issue31(home)
     proc, port = start_server(home)
     try:
         victim_latencies(port, victim, row, 2.0)  # warm up
         quiet = victim_latencies(port, victim, row, args.seconds)
         stop, out = multiprocessing.Event(), multiprocessing.Queue()
         attack = multiprocessing.Process(
-            target=attack_process, args=(port, attacker, args.only, stop, out), daemon=True
+            target=attack_process,
+            args=(port, attacker, viewer, args.only, stop, out),
+            daemon=True,
         )
         attack.start()
         time.sleep(1.0)
+        rss = RssPeak(proc.pid)
         attacked = victim_latencies(port, victim, row, args.seconds)
+        rss.done.set()
         # SIGTERM with the attack still running: the server must stop within 5 s.
         term = time.monotonic()
         proc.terminate()
@@ -286,6 +382,9 @@ def main() -> None:
     ratio = p99_attacked / p99_quiet
     print(f"P99 under attack / quiet: {ratio:.2f}x   goal: P99 under attack < 100 ms")
     print("attackers were answered:", dict(sorted(answers.items())))
+    print(
+        f"server RSS, all its processes, peak under attack: {rss.peak / _MIB:.0f} MB (goal < 2 GB)"
+    )
     print(f"SIGTERM under attack stopped the server in {stopped} (goal < 5 s)")
 
 

@@ -72,6 +72,23 @@ def test_viewer_gets_the_lake_tools_and_sql_stays_read_only(workspace: Path, lak
     assert not Path("/tmp/aifab-mcp.csv").exists()
 
 
+def test_sql_that_outgrows_its_memory_limit_stops_with_a_reason(
+    workspace: Path, lake: None
+) -> None:
+    """Issue 31, item 3: DuckDB ran with no memory limit (a 20 GB string_agg took 4.2 GB)."""
+    _, secret = create_key("viewer", name="mcp-bomb", rate=None, token_quota=None)
+    bomb = "SELECT length(string_agg(repeat('x', 1000000), '')) AS n FROM range(1000)"
+    _, results = asyncio.run(
+        _session(
+            _params(workspace, secret),
+            [("sql", {"query": bomb}), ("sql", {"query": "SELECT count(*) AS n FROM sensors"})],
+        )
+    )
+    refused, after = results
+    assert refused.is_error and "over its memory limit" in refused.content[0].text
+    assert json.loads(after.content[0].text)["rows"] == [{"n": 12}]
+
+
 def test_client_gets_predict_only(workspace: Path) -> None:
     _, secret = create_key("client", name="mcp-client", rate=None, token_quota=None)
     tools, [result] = asyncio.run(

@@ -43,6 +43,22 @@ class Settings(BaseSettings):
         None, description="Memory cap for DuckDB queries, e.g. 2GB (default: DuckDB's, 80% of RAM)."
     )
     duckdb_threads: int | None = Field(None, description="DuckDB threads; default all cores.")
+    worker_processes: int = Field(
+        2,
+        ge=0,
+        description="Worker processes that decode images, render templates and run agents' SQL "
+        "for the server; 0 runs that work in the server's own process, without its limits "
+        "(for measuring the pool's cost only).",
+    )
+    worker_memory_mb: int = Field(
+        1536,
+        ge=256,
+        description="Address-space limit of each worker process, in MiB; a task over it fails "
+        "and its worker is replaced.",
+    )
+    worker_per_key: int = Field(
+        1, ge=1, description="Tasks one API key may have in the worker pool at once."
+    )
     audit_key: SecretStr | None = Field(
         None, description="HMAC key of the audit chain (default: the workspace's audit.key file)."
     )

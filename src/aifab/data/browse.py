@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 import threading
 from collections.abc import Sequence
@@ -12,6 +13,7 @@ import duckdb
 import pyarrow as pa
 from sqlalchemy import select
 
+from aifab.core import workers
 from aifab.core.db import session_scope
 from aifab.core.errors import InvalidInputError, NotFoundError, first_line
 from aifab.data import lake
@@ -66,11 +68,24 @@ def _bind_datasets(con: duckdb.DuckDBPyConnection, sql: str) -> None:
         con.execute(f"CREATE VIEW {lake.sql_ident(ref)} AS SELECT * FROM {resolve(ref).scan_sql()}")
 
 
+#: DuckDB's memory cap and threads for a query in a worker of the pool: a caller's SQL gets a
+#: share of the machine, not all of it (the worker's address-space limit is the hard cap).
+WORKER_QUERY_MEMORY = "512MB"
+WORKER_QUERY_THREADS = 1
+#: A query without its own time limit is killed after this long in the pool.
+WORKER_QUERY_TIMEOUT_S = 300.0
+#: The pool kills a query's worker this long after DuckDB's own interrupt was due.
+_KILL_GRACE_S = 1.0
+
+
 def query(sql: str, limit: int | None = None, *, timeout_s: float | None = None) -> pa.Table:
     """Run read-only SQL over datasets: ``SELECT * FROM iris`` or ``FROM "iris@2"``.
 
     Only a single SELECT (or WITH/FROM/VALUES) statement is run, on a sandboxed connection: no
-    COPY, EXPORT, ATTACH, SET or second statement, and no files outside the lake.
+    COPY, EXPORT, ATTACH, SET or second statement, and no files outside the lake. Where the
+    process runs a worker pool (the server, ``aifab mcp``), the query runs in a worker with
+    DuckDB's ``memory_limit`` and ``threads`` set, and the worker is killed shortly after
+    ``timeout_s`` if one call (``repeat``, ``string_agg``...) did not heed the interrupt.
 
     Args:
         sql: the statement.
@@ -78,11 +93,43 @@ def query(sql: str, limit: int | None = None, *, timeout_s: float | None = None)
         timeout_s: stop the query (DuckDB's interrupt, not abandon it) after this long.
 
     Raises:
-        InvalidInputError: the SQL does not parse or bind, is not one SELECT statement, or was
-            stopped at ``timeout_s`` (the message says why, no traceback).
+        InvalidInputError: the SQL does not parse or bind, is not one SELECT statement, was
+            stopped at ``timeout_s``, or went over the memory limit (the message says why, no
+            traceback).
     """
     check_select(sql, "")
-    con = lake.connect(sandboxed=True)
+    if not workers.is_running():
+        return _run_query(sql, limit, timeout_s)
+    env = {k: v for k, v in os.environ.items() if k.startswith("AIFAB_")}
+    kill_at = (timeout_s or WORKER_QUERY_TIMEOUT_S) + _KILL_GRACE_S
+    return workers.run(query_task, env, sql, limit, timeout_s, timeout_s=kill_at, what="query")
+
+
+def query_task(
+    env: dict[str, str], sql: str, limit: int | None, timeout_s: float | None
+) -> pa.Table:
+    """:func:`query` inside a pool worker: the caller's ``AIFAB_*`` settings, capped DuckDB.
+
+    The worker forked from a server that may have started before the caller's environment
+    was set (tests switch workspaces), so the settings travel with the task.
+    """
+    for key in [k for k in os.environ if k.startswith("AIFAB_") and k not in env]:
+        del os.environ[key]
+    os.environ.update(env)
+    return _run_query(
+        sql, limit, timeout_s, memory_limit=WORKER_QUERY_MEMORY, threads=WORKER_QUERY_THREADS
+    )
+
+
+def _run_query(
+    sql: str,
+    limit: int | None,
+    timeout_s: float | None,
+    *,
+    memory_limit: str | None = None,
+    threads: int | None = None,
+) -> pa.Table:
+    con = lake.connect(sandboxed=True, memory_limit=memory_limit, threads=threads)
     done = threading.Event()
     if timeout_s is not None:
         threading.Thread(
@@ -98,6 +145,8 @@ def query(sql: str, limit: int | None = None, *, timeout_s: float | None = None)
         return rel.to_arrow_table()
     except duckdb.InterruptException:
         raise InvalidInputError(f"query stopped at its time limit ({timeout_s:g} s)") from None
+    except duckdb.OutOfMemoryException as exc:
+        raise InvalidInputError(f"query went over its memory limit: {first_line(exc)}") from None
     except duckdb.Error as exc:
         raise InvalidInputError(f"SQL error: {first_line(exc)}") from None
     finally:

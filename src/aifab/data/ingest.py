@@ -18,6 +18,7 @@ from aifab.core.config import as_config
 from aifab.core.errors import InvalidInputError, NotFoundError
 from aifab.data import lake
 from aifab.data.catalog import VersionInfo, commit_staged
+from aifab.data.image_cells import drop_image_bombs
 from aifab.data.quarantine import quarantine
 from aifab.data.refs import check_name
 from aifab.data.sources.options import IngestOptions
@@ -180,7 +181,7 @@ def ingest(
     con.execute("SET enable_progress_bar_print=false")
     dest = lake.staging_path()
     try:
-        staged = _stage(kind, src, opts, con, dest, progress)
+        staged = drop_image_bombs(con, _stage(kind, src, opts, con, dest, progress))
         details = dict(staged.details)
         if staged.rejected:
             details["rejected"] = staged.rejected

@@ -38,7 +38,9 @@ META_VERSION = "aifab.version"
 META_SCHEMA_HASH = "aifab.schema_hash"
 
 
-def connect(sandboxed: bool = False) -> duckdb.DuckDBPyConnection:
+def connect(
+    sandboxed: bool = False, *, memory_limit: str | None = None, threads: int | None = None
+) -> duckdb.DuckDBPyConnection:
     """An in-memory DuckDB connection with the workspace's memory cap and spill directory.
 
     Args:
@@ -46,17 +48,21 @@ def connect(sandboxed: bool = False) -> duckdb.DuckDBPyConnection:
             ``aifab data query``): files outside the lake and the scratch directory cannot be
             read or written, no extension is installed or loaded, and settings are locked.
             Statements are checked by :mod:`aifab.data.sandbox` before they run.
+        memory_limit: DuckDB's memory cap (e.g. ``512MB``) instead of the workspace's.
+        threads: DuckDB's threads instead of the workspace's.
     """
     settings = get_settings()
     ws = get_workspace(settings)
     con = duckdb.connect()
     # DuckDB draws a progress bar on stdout for long queries; it would corrupt --json output.
     con.execute("SET enable_progress_bar_print=false")
-    if settings.duckdb_memory_limit:
-        con.execute(f"SET memory_limit='{settings.duckdb_memory_limit}'")
+    memory_limit = memory_limit or settings.duckdb_memory_limit
+    if memory_limit:
+        con.execute(f"SET memory_limit={sql_string(memory_limit)}")
     con.execute(f"SET temp_directory='{ws.tmp / 'duckdb'}'")
-    if settings.duckdb_threads:
-        con.execute(f"SET threads={int(settings.duckdb_threads)}")
+    threads = threads or settings.duckdb_threads
+    if threads:
+        con.execute(f"SET threads={int(threads)}")
     if sandboxed:
         dirs = ", ".join(sql_string(str(p.resolve()) + "/") for p in (ws.lake, ws.tmp))
         con.execute(f"SET allowed_directories = [{dirs}]")

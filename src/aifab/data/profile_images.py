@@ -1,17 +1,18 @@
 """Image columns in a profile: sizes, modes and formats of a sample of a BLOB column's values.
 
-Only headers are read (PIL opens lazily), so profiling a column of large images costs no
-decoding; values that are not images are counted as ``unreadable``.
+Only headers are read, and only of the allowed formats (:mod:`aifab.data.image_decode`): an
+ICO, whose "header" read decodes its inner image, counts as ``unreadable`` with every value
+that is not an image, so profiling a column of large images costs no decoding.
 """
 
 from __future__ import annotations
 
-import io
 from collections import Counter
 from typing import Any
 
 import duckdb
 
+from aifab.data.image_decode import image_header
 from aifab.data.lake import sql_ident
 
 __all__ = ["SAMPLE", "image_summary"]
@@ -27,20 +28,19 @@ def image_summary(con: duckdb.DuckDBPyConnection, rel: str, column: str) -> dict
         ``{"sampled", "unreadable", "width": [min, max], "height": [min, max], "modes",
         "formats"}``, or None when no sampled value is an image.
     """
-    from PIL import Image
-
     col = sql_ident(column)
     rows = con.execute(f"SELECT {col} FROM {rel} WHERE {col} IS NOT NULL LIMIT {SAMPLE}").fetchall()
     widths, heights, modes, formats, bad = [], [], Counter[str](), Counter[str](), 0
     for (value,) in rows:
         try:
-            with Image.open(io.BytesIO(bytes(value))) as im:
-                widths.append(im.size[0])
-                heights.append(im.size[1])
-                modes[im.mode] += 1
-                formats[str(im.format)] += 1
-        except (OSError, ValueError, TypeError):
+            head = image_header(bytes(value))
+        except (ValueError, TypeError):
             bad += 1
+            continue
+        widths.append(head["width"])
+        heights.append(head["height"])
+        modes[str(head["mode"])] += 1
+        formats[str(head["format"])] += 1
     if not widths:
         return None
     return {

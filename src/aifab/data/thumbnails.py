@@ -7,10 +7,11 @@ here, never the stored bytes, so a cell that only claims to be an image is never
 
 from __future__ import annotations
 
-import io
 from typing import Any
 
+from aifab.core import workers
 from aifab.core.errors import InvalidInputError, NotFoundError
+from aifab.data.image_decode import IMAGE_TIMEOUT_S, thumbnail_png
 
 __all__ = [
     "MAX_SOURCE_BYTES",
@@ -34,31 +35,18 @@ def make_thumbnail(
     """Image bytes -> ``(PNG of at most size x size, {width, height, format, mode})``.
 
     Raises:
-        ValueError: not an image, truncated or corrupt, or over ``max_pixels`` (the message
-            names ``max_image_pixels``).
+        ValueError: not an image, a format outside the allow-list
+            (:data:`~aifab.data.image_decode.ALLOWED_FORMATS`), truncated or corrupt, over
+            ``max_pixels`` (the message names ``max_image_pixels``), or stopped by the worker
+            pool's time or memory limit.
     """
-    from PIL import Image
-
+    # In a memory-capped worker (killed at its time limit) when the server runs one.
     try:
-        with Image.open(io.BytesIO(data)) as im:  # reads the header only
-            width, height = im.size
-            if width * height > max_pixels:
-                raise ValueError(
-                    f"image of {width}x{height} pixels is over max_image_pixels ({max_pixels})"
-                )
-            info = {"width": width, "height": height, "format": im.format, "mode": im.mode}
-            im.load()  # a truncated file fails here, not later
-            small = im.convert("RGB")
-    except ValueError:
-        raise
-    except Image.UnidentifiedImageError:  # its message names a BytesIO object, not the data
-        raise ValueError("not a readable image (no known image format)") from None
-    except (OSError, SyntaxError, Image.DecompressionBombError) as exc:
-        raise ValueError(f"not a readable image ({exc})") from None
-    small.thumbnail((size, size))
-    buf = io.BytesIO()
-    small.save(buf, format="PNG", optimize=True)
-    return buf.getvalue(), info
+        return workers.run(
+            thumbnail_png, data, max_pixels, size, timeout_s=IMAGE_TIMEOUT_S, what="thumbnail"
+        )
+    except InvalidInputError as exc:
+        raise ValueError(exc.message) from None
 
 
 def cell_thumbnail(ref: str, column: str, row: int) -> bytes:

@@ -6,7 +6,6 @@ field at fault; values come back JSON-ready (dates stay ISO strings) for the req
 
 from __future__ import annotations
 
-import io
 import math
 import numbers
 from collections.abc import Callable, Iterable, Mapping
@@ -17,10 +16,20 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+from aifab.core import workers
 from aifab.core.errors import InvalidInputError
+from aifab.data.image_decode import IMAGE_TIMEOUT_S, decode_pixels
 from aifab.data.image_text import decode_image_text
 
-__all__ = ["Column", "ImageData", "RecordDecoder", "Reject", "column_for_type", "decode_image"]
+__all__ = [
+    "Column",
+    "ImageData",
+    "RecordDecoder",
+    "Reject",
+    "column_for_type",
+    "decode_image",
+    "image_tokens",
+]
 
 
 class Reject(Exception):
@@ -42,10 +51,30 @@ class Column:
     arrow_type: pa.DataType | None = None
 
 
+#: Image work is priced like OpenAI's vision input: a base charge plus one per 512 x 512 tile
+#: of the image as sent, so a token quota bounds how many pixels a key has decoded.
+TILE_PX = 512
+TOKENS_PER_IMAGE = 85
+TOKENS_PER_TILE = 170
+
+
+def image_tokens(width: int, height: int) -> int:
+    """Tokens an image of ``width`` x ``height`` costs: 85 + 170 per 512 x 512 tile."""
+    tiles = -(-width // TILE_PX) * -(-height // TILE_PX)
+    return TOKENS_PER_IMAGE + TOKENS_PER_TILE * tiles
+
+
 class ImageData(str):
     """A base64 image (still the caller's string, so it logs as JSON) with its decoded pixels."""
 
     pixels: np.ndarray
+    #: The image's own width and height, as sent (before resizing).
+    size: tuple[int, int]
+
+    @property
+    def tokens(self) -> int:
+        """What decoding this image costs against a token quota (:func:`image_tokens`)."""
+        return image_tokens(*self.size)
 
 
 def _kind(value: Any) -> str:
@@ -188,15 +217,10 @@ def decode_image(data: bytes, size: int, channels: int) -> np.ndarray:
     """Image bytes -> ``(channels, size, size)`` float32 in [0, 1].
 
     Exactly what training did to image files (``aifab.models.inputs.image_files``): convert
-    to L or RGB, resize, divide by 255.
+    to L or RGB, resize, divide by 255. Only allowed formats open
+    (:data:`~aifab.data.image_decode.ALLOWED_FORMATS`).
     """
-    from PIL import Image
-
-    mode = "L" if channels == 1 else "RGB"
-    with Image.open(io.BytesIO(data)) as im:
-        arr = np.asarray(im.convert(mode).resize((size, size)), dtype=np.float32) / 255.0
-    out: np.ndarray = arr.reshape(size, size, channels).transpose(2, 0, 1)
-    return out
+    return decode_pixels(data, size, channels, None)[0]
 
 
 def image_column(
@@ -210,8 +234,8 @@ def image_column(
     """A column of base64 images (optionally ``data:`` URLs), decoded while checking.
 
     ``max_bytes`` caps the encoded file and ``max_pixels`` its width x height; both are checked
-    before any pixel is decoded (the size from the base64 length, the pixels from the header),
-    so an oversized image costs no decoding.
+    before any pixel is decoded (the size from the base64 length, the pixels from the header
+    of an allowed format), so an oversized image costs no decoding.
     """
 
     def check(value: Any) -> Any:
@@ -224,27 +248,25 @@ def image_column(
         except ValueError as exc:
             raise Reject(f"image of {exc}" if "max_image_bytes" in str(exc) else str(exc)) from None
         try:
-            if max_pixels is not None:
-                _check_pixels(data, max_pixels)
-            pixels = decode_image(data, size, channels)
-        except Reject:
-            raise
-        except Exception as exc:  # noqa: BLE001 - any decoder failure is the caller's bad image
-            raise Reject(f"not a readable image ({type(exc).__name__}: {exc})") from None
+            # In a memory-capped worker (killed at its time limit) when the server runs one.
+            pixels, shape = workers.run(
+                decode_pixels,
+                data,
+                size,
+                channels,
+                max_pixels,
+                timeout_s=IMAGE_TIMEOUT_S,
+                what="image decode",
+            )
+        except ValueError as exc:
+            raise Reject(str(exc)) from None
+        except InvalidInputError as exc:
+            raise Reject(exc.message) from None
         out = ImageData(value)
-        out.pixels = pixels
+        out.pixels, out.size = pixels, shape
         return out
 
     return Column(name, "image", check)
-
-
-def _check_pixels(data: bytes, max_pixels: int) -> None:
-    from PIL import Image
-
-    with Image.open(io.BytesIO(data)) as im:  # reads the header only
-        width, height = im.size
-    if width * height > max_pixels:
-        raise Reject(f"image of {width}x{height} pixels is over max_image_pixels ({max_pixels})")
 
 
 class RecordDecoder:

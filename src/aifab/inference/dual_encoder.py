@@ -16,10 +16,13 @@ from typing import Any
 import numpy as np
 
 from aifab.core.errors import InvalidInputError
-from aifab.inference.classifier_inputs import ImageData, Reject, image_column
+from aifab.inference.classifier_inputs import TOKENS_PER_IMAGE, ImageData, Reject, image_column
 from aifab.inference.embeddings import MAX_INPUTS
 from aifab.inference.multimodal import MAX_IMAGE_BYTES, MAX_IMAGE_PIXELS
 from aifab.models.inputs import tokenize
+
+#: Images one embeddings request may carry (each is decoded in the worker pool).
+MAX_IMAGES = 16
 
 __all__ = ["DualEncoderHandler", "is_image_url"]
 
@@ -98,6 +101,9 @@ class DualEncoderHandler:
             raise InvalidInputError(
                 f"input: at most {MAX_INPUTS} items per request, got {len(items)}"
             )
+        images = sum(1 for item in items if isinstance(item, str) and is_image_url(item))
+        if images > MAX_IMAGES:
+            raise InvalidInputError(f"input: at most {MAX_IMAGES} images per request, got {images}")
         out: list[str] = []
         for i, item in enumerate(items):
             if not isinstance(item, str) or not item:
@@ -152,9 +158,14 @@ class DualEncoderHandler:
             return detokenize_ids(self._tokenizer, ids, keep_special=False)
 
     def count_tokens(self, text: str) -> int:
-        """Tokens a text costs (truncated to the model's length); an image counts as one."""
+        """Tokens a text costs (truncated to the model's length), or an image (by pixels).
+
+        Images cost :func:`~aifab.inference.classifier_inputs.image_tokens`.
+        """
+        if isinstance(text, ImageData):
+            return text.tokens
         if is_image_url(text):
-            return 1
+            return TOKENS_PER_IMAGE
         with self._lock:
             ids = self._tokenizer(text, truncation=True, max_length=self.max_length)["input_ids"]
         return len(ids)

@@ -13,6 +13,7 @@ from typing import Any
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
+from aifab.core import workers
 from aifab.core.actor import current_actor
 from aifab.core.audit import record_event
 from aifab.core.db import session_scope
@@ -20,6 +21,7 @@ from aifab.core.errors import BudgetExceededError, InvalidInputError, NotFoundEr
 from aifab.core.ids import digest
 from aifab.core.names import is_full_match
 from aifab.prompts import template as tpl
+from aifab.prompts.sandbox import MAX_RENDER_S
 from aifab.prompts.tables import PromptAliasRow, PromptVersionRow, as_dict
 
 __all__ = [
@@ -215,8 +217,22 @@ def render_prompt(ref: str, variables: Mapping[str, Any]) -> dict[str, Any]:
     """
     p = get_prompt(ref)
     with _render_slot(current_actor()):
-        text = tpl.render(p["template"], p["variables"], variables)
+        # In the server, a worker process killed at RENDER_KILL_S: one filter call (wordwrap
+        # over a long text) runs to its end before the sandbox's own step check answers.
+        text = workers.run(
+            tpl.render,
+            p["template"],
+            p["variables"],
+            dict(variables),
+            timeout_s=RENDER_KILL_S,
+            what="render",
+        )
     return {"ref": p["ref"], "text": text}
+
+
+#: A render in the worker pool is killed this long after it began (twice the sandbox's own
+#: cooperative limit, :data:`~aifab.prompts.sandbox.MAX_RENDER_S`).
+RENDER_KILL_S = 2 * MAX_RENDER_S
 
 
 #: Renders one caller may have running at once: however slow its templates, a caller cannot

@@ -16,6 +16,7 @@ from pathlib import Path
 
 from fastapi import FastAPI
 
+from aifab.core import workers
 from aifab.serve.errors import install_error_handlers
 from aifab.serve.guard import RequestGuard
 from aifab.serve.metrics import Metrics
@@ -23,6 +24,9 @@ from aifab.serve.metrics import Metrics
 log = logging.getLogger("aifab.serve")
 
 __all__ = ["create_app"]
+
+#: Modules holding the worker pool's tasks: its fork server imports them once.
+WORKER_PRELOAD = ("aifab.data.image_decode", "aifab.data.browse", "aifab.prompts.template")
 
 _ROUTERS = (
     "aifab.serve.routes.health",
@@ -99,10 +103,13 @@ def create_app(
             on_ready=metrics.set_ready,
         )
         app.state.manager = manager
+        # Image decodes, renders and agents' SQL run in killable, memory-capped processes.
+        workers.start(preload=WORKER_PRELOAD)
         await manager.start()
         try:
             yield
         finally:
+            workers.stop()  # kills whatever they run: shutdown does not wait on a caller's work
             await manager.stop()
             app.state.request_log.close()
             close = getattr(app.state.quota, "close", None)

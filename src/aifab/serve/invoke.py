@@ -151,6 +151,7 @@ async def invoke(
     route: str | None = None,
     input: Mapping[str, Any] | None = None,
     request_id: str | None = None,
+    input_tokens: int = 0,
 ) -> list[Any]:
     """Run ``items`` through ``target``'s batcher; record the request whatever happens.
 
@@ -163,6 +164,8 @@ async def invoke(
         route: label override (default: the route's path template).
         input: request-log input (default: the items, when they are records).
         request_id: the id the response carries, logged with the request.
+        input_tokens: tokens the decoded input cost besides the model's own (images, priced
+            by pixels), counted as prompt tokens.
 
     Returns:
         One output per item, in order (not yet encoded).
@@ -192,7 +195,7 @@ async def invoke(
         route=route,
         input=input if input is not None else lambda: _log_input(items, prompt),
         output=lambda: _log_output(outputs, completion),
-        prompt_tokens=prompt,
+        prompt_tokens=prompt + input_tokens,
         completion_tokens=completion,
         request_id=request_id,
     )

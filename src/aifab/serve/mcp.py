@@ -97,5 +97,15 @@ def build_mcp_server(secret: str | None, gateway_url: str | None = None) -> Any:
 
 
 def serve_stdio(secret: str | None, gateway_url: str | None = None) -> None:
-    """Serve the caller's tools over stdin/stdout until the client hangs up."""
-    build_mcp_server(secret, gateway_url).run("stdio")
+    """Serve the caller's tools over stdin/stdout until the client hangs up.
+
+    The ``sql`` tool's queries run in the worker pool (memory-capped, killed at their limit).
+    """
+    from aifab.core import workers
+    from aifab.serve.app import WORKER_PRELOAD
+
+    workers.start(preload=WORKER_PRELOAD)
+    try:
+        build_mcp_server(secret, gateway_url).run("stdio")
+    finally:
+        workers.stop()

@@ -83,7 +83,7 @@ def serve(
     thread = _start_worker(stop) if worker else None
     try:
         if run_dir is None:
-            uvicorn.Server(config).run()
+            _server_killing_workers_at_exit(config).run()
         else:
             from uvicorn.supervisors import Multiprocess
 
@@ -94,6 +94,28 @@ def serve(
             thread.join(timeout=SHUTDOWN_GRACE_S)
         if run_dir is not None:
             shutil.rmtree(run_dir, ignore_errors=True)
+
+
+def _server_killing_workers_at_exit(config: Any) -> Any:
+    """A uvicorn server whose SIGTERM/SIGINT also kills the worker pool at once.
+
+    Requests waiting on a worker (an image decode, a render, an agent's SQL) then answer
+    right away instead of holding the graceful shutdown until their task ends.
+    """
+    import uvicorn
+
+    from aifab.core import workers
+
+    server = uvicorn.Server(config)
+    handle_exit = server.handle_exit
+
+    def on_exit(sig: int, frame: Any) -> None:
+        stop = threading.Thread(target=workers.stop, kwargs={"final": True}, daemon=True)
+        stop.start()
+        handle_exit(sig, frame)
+
+    server.handle_exit = on_exit  # type: ignore[method-assign]
+    return server
 
 
 def _make_run_dir(options: dict[str, Any]) -> Path:

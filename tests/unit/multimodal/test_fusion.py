@@ -9,6 +9,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 import numpy as np
 import pytest
 from tests.unit.multimodal.conftest import FAST
@@ -272,6 +273,93 @@ def test_served_over_http_predict_explain_and_embed(
         vectors = [d["embedding"] for d in r.json()["data"]]
         assert [len(v) for v in vectors] == [16, 16]
         assert np.linalg.norm(vectors[1]) == pytest.approx(1.0, abs=1e-4)
+
+
+def _ico_bomb(side: int = 4000) -> bytes:
+    """An ICO whose directory says 16x16 but which holds a ``side`` x ``side`` PNG.
+
+    One colour, so the PNG is ~16 KB while decoding it takes ``side`` squared bytes.
+    """
+    import io
+    import struct
+
+    from PIL import Image
+
+    buf = io.BytesIO()
+    Image.new("L", (side, side), 0).save(buf, format="PNG")
+    png = buf.getvalue()
+    entry = struct.pack("<BBBBHHII", 16, 16, 0, 0, 1, 32, len(png), 6 + 16)
+    return struct.pack("<HHH", 0, 1, 1) + entry + png
+
+
+def test_an_ico_wrapping_a_huge_png_is_refused_before_decoding_over_http(
+    fused: dict[str, Any], clip: dict[str, Any], parcels: list[dict[str, Any]], live_server: Any
+) -> None:
+    """Issue 31: the ICO's own header passed the pixel cap and its inner PNG was decoded."""
+    from aifab.inference.deployments import create_deployment
+    from aifab.serve.keys import create_key
+
+    create_deployment("parcels-fused@1", name="parcels-ico", max_batch_size=8, max_wait_ms=5)
+    create_deployment("parcels-clip@1", name="clip-ico")
+    _, secret = create_key("client", name="ico", rate=None)
+    server = live_server(reconcile_interval_s=0.2)
+    bomb = _b64(_ico_bomb())
+    record = {**_records(parcels, 1)[0], "image": bomb}
+    auth = {"Authorization": f"Bearer {secret}"}
+    with httpx.Client(base_url=server.url, headers=auth, timeout=60) as http:
+        for route in ("/v1/predict/parcels-ico", "/v1/explain/parcels-ico"):
+            r = _ready_post(http, route, {"records": [record]})
+            assert r.status_code == 422, (route, r.text)
+            assert "image format ICO is not allowed" in r.json()["error"]["message"], route
+        url = "data:image/png;base64," + bomb
+        r = _ready_post(http, "/v1/embeddings", {"model": "clip-ico", "input": [url]})
+        assert r.status_code == 400, r.text  # the OpenAI routes' status for bad input
+        assert "image format ICO is not allowed" in r.json()["error"]["message"]
+
+
+def test_image_work_is_priced_by_pixels_and_capped_per_request_over_http(
+    fused: dict[str, Any], clip: dict[str, Any], parcels: list[dict[str, Any]], live_server: Any
+) -> None:
+    """Issue 31, item 2: an image cost 1 token whatever its size, and /v1/embeddings took any
+    number of images; a 1024x1024 image is now 4 tiles of 512x512 (85 + 4 x 170 tokens)."""
+    import io
+
+    from PIL import Image
+
+    from aifab.inference.deployments import create_deployment
+    from aifab.serve.keys import create_key
+
+    create_deployment("parcels-fused@1", name="parcels-priced", max_batch_size=8, max_wait_ms=5)
+    create_deployment("parcels-clip@1", name="clip-priced")
+    _, secret = create_key("client", name="priced", rate=None, token_quota=700)
+    server = live_server(reconcile_interval_s=0.2)
+    buf = io.BytesIO()
+    Image.new("RGB", (1024, 1024), (90, 90, 90)).save(buf, format="PNG")
+    record = {**_records(parcels, 1)[0], "image": _b64(buf.getvalue())}
+    auth = {"Authorization": f"Bearer {secret}"}
+    with httpx.Client(base_url=server.url, headers=auth, timeout=60) as http:
+        r = _ready_post(http, "/v1/predict/parcels-priced", {"records": [record]})
+        assert r.status_code == 429, r.text
+        assert "765" in r.json()["error"]["message"]  # the tokens asked for, named
+        small = _records(parcels, 1)[0]  # 32x32: one tile, 255 tokens
+        r = http.post("/v1/predict/parcels-priced", json={"records": [small]})
+        assert r.status_code == 200, r.text
+        url = "data:image/png;base64," + small["image"]
+        r = _ready_post(http, "/v1/embeddings", {"model": "clip-priced", "input": [url] * 17})
+        assert r.status_code == 400, r.text
+        assert "at most 16 images" in r.json()["error"]["message"]
+
+
+def _ready_post(http: Any, route: str, body: dict[str, Any]) -> Any:
+    """POST ``body``, again while the deployment is still loading (503), up to two minutes."""
+    import time
+
+    deadline = time.monotonic() + 120
+    while True:
+        r = http.post(route, json=body)
+        if r.status_code != 503 or time.monotonic() > deadline:
+            return r
+        time.sleep(0.2)
 
 
 def _darker_photo(data: bytes, seed: int) -> str:

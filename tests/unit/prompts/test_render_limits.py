@@ -97,6 +97,25 @@ def test_http_hostile_renders_are_4xx(client: TestClient) -> None:
         assert "refused by the sandbox" in r.json()["error"]["message"]
 
 
+def test_one_long_filter_call_is_killed_with_its_worker(client: TestClient) -> None:
+    """Issue 31, item 9: one ``wordwrap(1)`` over 450k characters ran for seconds past the
+    0.5 s limit (the step check answers only between calls) and answered 200; it now runs in
+    a worker killed at 1 s."""
+    from aifab.serve.keys import create_key
+
+    dev = {"Authorization": f"Bearer {create_key('developer', rate=None)[1]}"}
+    cl = {"Authorization": f"Bearer {create_key('client', rate=None)[1]}"}
+    body = {"name": "wrap", "template": "{{ text | wordwrap(1) }}", "variables": ["text"]}
+    assert client.post("/v1/prompts", json=body, headers=dev).status_code == 201
+    r = client.post(
+        "/v1/prompts/wrap/render", json={"variables": {"text": "a" * 450_000}}, headers=cl
+    )
+    assert r.status_code == 422, r.text[:200]
+    assert "render stopped at its time limit (1 s); its worker was killed" in r.text
+    r = client.post("/v1/prompts/wrap/render", json={"variables": {"text": "ab"}}, headers=cl)
+    assert r.status_code == 200 and r.json()["text"] == "a\nb"
+
+
 def test_a_caller_has_at_most_two_renders_running() -> None:
     from aifab.core.actor import acting_as
     from aifab.core.errors import BudgetExceededError

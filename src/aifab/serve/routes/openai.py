@@ -380,7 +380,10 @@ async def embeddings(
                 param="dimensions",
             )
         try:
-            texts = handler.decode([_embedding_text(handler, t) for t in body.texts])
+            # Off the event loop: images wait here on the worker pool.
+            texts = await principal.call(
+                handler.decode, [_embedding_text(handler, t) for t in body.texts]
+            )
         except InvalidInputError as exc:
             raise as_api_error(exc) from None
     except ApiError as exc:

@@ -6,6 +6,7 @@ validator of rows, and skipping a model layer keeps the hot path short.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 from typing import Any
@@ -15,9 +16,10 @@ from fastapi.responses import JSONResponse, Response
 
 from aifab.core.errors import InvalidInputError
 from aifab.core.ids import new_id
+from aifab.inference.classifier_inputs import ImageData
 from aifab.serve.auth import Principal, require
 from aifab.serve.errors import ApiError, as_api_error
-from aifab.serve.invoke import invoke, record
+from aifab.serve.invoke import invoke, record, reserve
 
 router = APIRouter(tags=["predict"])
 
@@ -115,7 +117,12 @@ async def predict_body(
         if not isinstance(payload, dict):
             raise ApiError(422, "body: expected an object with 'records' or 'rows'", param="body")
         try:
-            items = target.handler.decode(payload)
+            if "image" in getattr(target.handler, "input_modalities", ()):
+                # Off the event loop: each image waits here on the worker pool.
+                items = await request.state.principal.call(target.handler.decode, payload)
+            else:
+                # No images: cheap, and kept off the thread pool that image waits can fill.
+                items = target.handler.decode(payload)
         except InvalidInputError as exc:
             raise as_api_error(exc) from None
         except (TypeError, ValueError, KeyError, AttributeError) as exc:
@@ -132,8 +139,22 @@ async def predict_body(
         )
         raise
     request_id = new_id("req")
+    image_tokens = _image_tokens(items)
+    if image_tokens:
+        try:
+            await asyncio.to_thread(reserve, request, image_tokens)
+        except ApiError as exc:
+            record(request, served.name, status=exc.status, started=started, route=ROUTE)
+            raise
     outputs = await invoke(
-        request, served, target, items, started=started, route=ROUTE, request_id=request_id
+        request,
+        served,
+        target,
+        items,
+        started=started,
+        route=ROUTE,
+        request_id=request_id,
+        input_tokens=image_tokens,
     )
     encode = target.handler.encode
     return {
@@ -142,3 +163,14 @@ async def predict_body(
         "predictions": [encode(o) for o in outputs],
         "request_id": request_id,
     }
+
+
+def _image_tokens(items: list[Any]) -> int:
+    """What the request's images cost against the key's token quota (priced by pixels)."""
+    return sum(
+        v.tokens
+        for item in items
+        if isinstance(item, dict)
+        for v in item.values()
+        if isinstance(v, ImageData)
+    )
