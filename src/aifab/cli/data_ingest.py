@@ -38,6 +38,8 @@ def _options(options_file: Path | None, flags: dict[str, Any]) -> dict[str, Any]
 def _facts(details: dict[str, Any]) -> str:
     """Lines on what the ingest changed or left out besides rejected lines."""
     out = ""
+    for note in details.get("inferred") or ():
+        out += f"\n{note}"
     if details.get("encoding"):
         out += f"\nread as {details['encoding']} text"
     if details.get("padded"):
@@ -92,13 +94,32 @@ def register(app: typer.Typer) -> None:
         comment: str | None = typer.Option(None, help="CSV comment prefix, e.g. '#'."),
         quote: str | None = typer.Option(None, help="CSV quote character ('' for none)."),
         escape: str | None = typer.Option(None, help="CSV escape character."),
+        names: str | None = typer.Option(
+            None, "--names", help="CSV column names, comma-separated (the first line is data)."
+        ),
+        text_column: list[str] | None = typer.Option(
+            None, "--text-column", help="A CSV column kept as text; repeatable."
+        ),
+        date_format: str | None = typer.Option(
+            None, "--date-format", help="strptime format of CSV dates, e.g. '%m/%d/%y'."
+        ),
+        timestamp_format: str | None = typer.Option(
+            None, "--timestamp-format", help="strptime format of CSV timestamps."
+        ),
+        dayfirst: bool | None = typer.Option(
+            None,
+            "--dayfirst/--no-dayfirst",
+            help="Dates like 1/2/85 are day first (default: month first unless a value shows).",
+        ),
         decimal: str | None = typer.Option(None, help="CSV decimal separator: '.' or ','."),
         max_line_size: int | None = typer.Option(None, help="Longest CSV line in bytes."),
         encoding: str | None = typer.Option(
             None, help="Text encoding of CSVs/documents (default: BOM, charset, UTF-8)."
         ),
         strict: bool | None = typer.Option(
-            None, "--strict/--no-strict", help="Quarantine short rows; never widen types."
+            None,
+            "--strict/--no-strict",
+            help="Quarantine short rows; never widen types; keep text that reads two ways.",
         ),
         min_kept_share: float | None = typer.Option(
             None, help="Fail when under this share of rows is kept (default 0.5)."
@@ -150,6 +171,11 @@ def register(app: typer.Typer) -> None:
             "comment": comment,
             "quote": quote,
             "escape": escape,
+            "names": [n.strip() for n in names.split(",")] if names else None,
+            "text_columns": text_column or None,
+            "date_format": date_format,
+            "timestamp_format": timestamp_format,
+            "dayfirst": dayfirst,
             "decimal": decimal,
             "max_line_size": max_line_size,
             "encoding": encoding,

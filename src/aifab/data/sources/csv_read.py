@@ -21,7 +21,7 @@ import duckdb
 from aifab.core.errors import InvalidInputError
 from aifab.data import lake
 from aifab.data.quarantine import QuarantineItem
-from aifab.data.sources import csv_hints, csv_quotes
+from aifab.data.sources import csv_hints, csv_infer, csv_quotes
 from aifab.data.sources.csv_diagnose import HINTS, diagnose, refuse_if_few_kept
 from aifab.data.sources.exact_casts import INTEGERS, WIDEN_MARK, checked_expr, wider_type
 from aifab.data.sources.options import IngestOptions
@@ -51,6 +51,9 @@ class _Plan:
     #: The sniffed delimiter and comment prefix ("" for none).
     delim: str = ","
     comment: str = ""
+    #: The sniffed date and timestamp formats ("" for none).
+    dates: str = ""
+    stamps: str = ""
 
     def as_text(self, name: str, col_type: str) -> bool:
         """Whether column ``name`` is read as text and cast by a checked expression."""
@@ -72,11 +75,25 @@ def _auto_args(
     """``read_csv`` arguments that let DuckDB sniff, constrained by the user's options."""
     args = [lake.sql_string(str(path)), f"sample_size={opts.sample_size}"]
     header = opts.header if opts.header is not None else header
+    if header is None and opts.names:
+        header = False
     if header is not None:
         args.append(f"header={str(header).lower()}")
     delim = opts.delimiter or ("\t" if fmt == "tsv" else None)
-    named = {"delim": delim, "quote": opts.quote, "escape": opts.escape, "comment": opts.comment}
+    named = {
+        "delim": delim,
+        "quote": opts.quote,
+        "escape": opts.escape,
+        "comment": opts.comment,
+        "dateformat": opts.date_format,
+        "timestampformat": opts.timestamp_format,
+    }
     args += [f"{k}={lake.sql_string(v)}" for k, v in named.items() if v is not None]
+    if opts.names:
+        args.append(f"names=[{', '.join(lake.sql_string(n) for n in opts.names)}]")
+    if opts.text_columns:
+        text = ", ".join(f"{lake.sql_string(n)}: 'VARCHAR'" for n in opts.text_columns)
+        args.append(f"types={{{text}}}")
     return ", ".join(args + _read_args(opts) + [f"null_padding={str(padding).lower()}"])
 
 
@@ -142,7 +159,15 @@ def _sniff(
     ]
     dialect += [f"skip={int(skip)}", f"header={str(bool(header)).lower()}"]
     plain = {k: "" if v in (None, "(empty)") else str(v) for k, v in given.items()}
-    return _Plan(dialect, types, padding, delim=plain["delim"], comment=plain["comment"])
+    return _Plan(
+        dialect,
+        types,
+        padding,
+        delim=plain["delim"],
+        comment=plain["comment"],
+        dates=plain["dateformat"],
+        stamps=plain["timestampformat"],
+    )
 
 
 def _first_plan(con: duckdb.DuckDBPyConnection, path: Path, fmt: str, opts: IngestOptions) -> _Plan:
@@ -169,6 +194,26 @@ def _first_plan(con: duckdb.DuckDBPyConnection, path: Path, fmt: str, opts: Inge
         while len(types) > 1 and types[-1][0] == f"column{len(types) - 1}":
             types.pop()
     return padded.but(padding=False, types=types)
+
+
+def _settle(
+    con: duckdb.DuckDBPyConnection, path: Path, opts: IngestOptions, plan: _Plan
+) -> csv_infer.Settled:
+    """Settle what the sniffed plan reads two ways (dates, booleans, a text header)."""
+    columns = ", ".join(f"{lake.sql_string(n)}: 'VARCHAR'" for n, _ in plan.types)
+    args = [
+        lake.sql_string(str(path)),
+        "auto_detect=false",
+        *plan.dialect,
+        *_read_args(opts),
+        "ignore_errors=true",
+        f"columns={{{columns}}}",
+    ]
+    sniffed = csv_infer.Sniffed(
+        plan.types, plan.header, plan.delim, plan.comment, plan.dates, plan.stamps
+    )
+    lines = csv_hints.sample_lines(path)
+    return csv_infer.settle(con, f"read_csv({', '.join(args)})", lines, opts, sniffed)
 
 
 def _rejects(con: duckdb.DuckDBPyConnection, table: str) -> dict[str, set[int]]:
@@ -433,6 +478,9 @@ def stage_csv(
         hinted = csv_hints.second_opinion(path, fmt, opts, first.delim, first.comment, first.header)
         if hinted is not None:
             opts, first = hinted, _first_plan(con, path, fmt, hinted)
+        settled = _settle(con, path, opts, first)
+        if settled.options is not None:
+            opts, first = settled.options, _first_plan(con, path, fmt, settled.options)
         if csv_hints.spaced(path, fmt, opts, len(first.types)):
             return _space_aligned(con, path, opts, dest, copy, source)
         if _stray_quotes(first, path, opts):
@@ -457,6 +505,8 @@ def stage_csv(
         details["padded"] = padded
     if final.widened:
         details["widened"] = dict(final.widened)
+    if settled.notes:
+        details["inferred"] = settled.notes
     staged = Staged(dest, source, "file", details)
     staged.rejected = rejected
     if rejected:

@@ -1,0 +1,109 @@
+"""Ingest of real-world file shapes, round three (issue 34): each test generates a file of one
+shape and ingests it through ``aifab data ingest``.
+
+Nothing may be reinterpreted silently: a reading a person could take two ways (date order,
+header, booleans) is settled the way they would expect and named in the summary with the
+option that changes it; every other shape is read or refused naming an option that works.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from aifab.data import lake
+from aifab.data.catalog import resolve
+
+
+def rows(ref: str) -> list[tuple]:
+    return lake.connect().execute(f"SELECT * FROM {resolve(ref).scan_sql()}").fetchall()
+
+
+def columns(ref: str) -> list[str]:
+    return list(resolve(ref).columns)
+
+
+def write(path: Path, data: str | bytes) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(data.encode() if isinstance(data, str) else data)
+    return path
+
+
+def ingest_ok(cli: Any, name: str, src: Path, *flags: str) -> str:
+    r = cli("data", "ingest", name, src, *flags)
+    assert r.exit_code == 0, r.stderr
+    return r.stdout
+
+
+# 1. M/D/YY dates: ambiguous columns read month first, and the summary says so
+
+
+def _monthly(day_first: bool = False) -> str:
+    lines = ["date,value"]
+    for year in range(1985, 1988):
+        for month in range(1, 13):
+            day = 1 if not day_first else 13
+            first, second = (day, month) if day_first else (month, day)
+            lines.append(f"{first}/{second}/{year % 100:02d},{year * month}")
+    return "\n".join(lines) + "\n"
+
+
+def test_ambiguous_dates_read_month_first_and_named_in_summary(tmp_path: Path, cli: Any) -> None:
+    import datetime as dt
+
+    src = write(tmp_path / "monthly.csv", _monthly())
+    out = ingest_ok(cli, "monthly", src)
+    got = rows("monthly")
+    assert [r[0] for r in got[:3]] == [
+        dt.date(1985, 1, 1),
+        dt.date(1985, 2, 1),
+        dt.date(1985, 3, 1),
+    ]
+    assert "month first" in out and "--dayfirst" in out
+    # --dayfirst reads them day first; --strict keeps the text
+    ingest_ok(cli, "monthly_d", src, "--dayfirst")
+    assert rows("monthly_d")[1][0] == dt.date(1985, 1, 2)
+    out = ingest_ok(cli, "monthly_s", src, "--strict")
+    assert rows("monthly_s")[1][0] == "2/1/85" and "kept as text" in out
+
+
+def test_a_value_that_proves_day_first_keeps_day_first(tmp_path: Path, cli: Any) -> None:
+    import datetime as dt
+
+    out = ingest_ok(cli, "dmy", write(tmp_path / "dmy.csv", _monthly(day_first=True)))
+    assert rows("dmy")[1][0] == dt.date(1985, 2, 13)
+    assert "day first" in out
+
+
+# 2. header-less text tables: names from the '#' comment line, never the first row
+
+
+def test_headerless_text_table_takes_names_from_the_comment_line(tmp_path: Path, cli: Any) -> None:
+    body = "".join(f"{chr(65 + i % 26)}{chr(65 + i // 26)}\tCountry {i}\n" for i in range(40))
+    src = write(tmp_path / "countries.tsv", "#country-code\tname\n" + body)
+    out = ingest_ok(cli, "countries", src)
+    assert columns("countries") == ["country-code", "name"]
+    assert len(rows("countries")) == 40 and rows("countries")[0] == ("AA", "Country 0")
+    assert "comment line" in out and "--header" in out
+
+
+def test_headerless_text_table_without_names_keeps_its_first_row(tmp_path: Path, cli: Any) -> None:
+    body = "".join(f"Zone/City{i}\tUTC+{i % 12}\tcomment {i}\n" for i in range(30))
+    src = write(tmp_path / "zones.tab", "# time zones, one a line\n# source: a tool\n" + body)
+    out = ingest_ok(cli, "zones", src, "--format", "tsv")
+    assert len(rows("zones")) == 30 and rows("zones")[0][0] == "Zone/City0"
+    assert "read as a row" in out
+
+
+# 4. Yes/No: BOOLEAN said out loud, text under --strict
+
+
+def test_yes_no_is_named_and_kept_as_text_under_strict(tmp_path: Path, cli: Any) -> None:
+    src = write(
+        tmp_path / "yn.csv",
+        "id,flag\n" + "".join(f"{i},{'Yes' if i % 2 else 'No'}\n" for i in range(20)),
+    )
+    out = ingest_ok(cli, "yn", src)
+    assert "BOOLEAN" in out and "--strict" in out
+    out = ingest_ok(cli, "yn_s", src, "--strict")
+    assert [r[1] for r in rows("yn_s")[:2]] == ["No", "Yes"]
