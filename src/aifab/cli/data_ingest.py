@@ -94,6 +94,9 @@ def register(app: typer.Typer) -> None:
         comment: str | None = typer.Option(None, help="CSV comment prefix, e.g. '#'."),
         quote: str | None = typer.Option(None, help="CSV quote character ('' for none)."),
         escape: str | None = typer.Option(None, help="CSV escape character."),
+        skip_rows: int | None = typer.Option(
+            None, "--skip-rows", help="CSV lines above the table to skip (default sniffed)."
+        ),
         names: str | None = typer.Option(
             None, "--names", help="CSV column names, comma-separated (the first line is data)."
         ),
@@ -171,6 +174,7 @@ def register(app: typer.Typer) -> None:
             "comment": comment,
             "quote": quote,
             "escape": escape,
+            "skip_rows": skip_rows,
             "names": [n.strip() for n in names.split(",")] if names else None,
             "text_columns": text_column or None,
             "date_format": date_format,

@@ -107,3 +107,19 @@ def test_yes_no_is_named_and_kept_as_text_under_strict(tmp_path: Path, cli: Any)
     assert "BOOLEAN" in out and "--strict" in out
     out = ingest_ok(cli, "yn_s", src, "--strict")
     assert [r[1] for r in rows("yn_s")[:2]] == ["No", "Yes"]
+
+
+# 3. rows of 3 then 4 fields under a commented header line padded with extra tabs
+
+
+def test_three_then_four_field_rows_are_padded_not_skipped(tmp_path: Path, cli: Any) -> None:
+    lines = ["# a data file", "#id\tname\tscore\t\t\ttag"]
+    for i in range(418):
+        fields = [f"id{i}", f"name {i}", f"{i * 0.5}"] + ([f"tag{i}"] if i >= 215 else [])
+        lines.append("\t".join(fields))
+    src = write(tmp_path / "ragged.tsv", "\n".join(lines) + "\n")
+    out = ingest_ok(cli, "ragged", src)
+    got = rows("ragged")
+    assert len(got) == 418 and columns("ragged") == ["id", "name", "score", "tag"]
+    assert got[0] == ("id0", "name 0", 0.0, None) and got[300][3] == "tag300"
+    assert "padded 215 short row(s)" in out and "comment line" in out

@@ -33,6 +33,7 @@ class Sniffed:
     comment: str
     dates: str
     stamps: str
+    skip: int = 0
 
 
 @dataclass
@@ -97,18 +98,30 @@ def comment_names(lines: list[str], comment: str, delim: str, columns: int) -> l
 
 
 def _header(lines: list[str], opts: IngestOptions, sniffed: Sniffed, out: Settled) -> dict:
-    """Settle whether the first line is column names, when only text columns show it."""
-    if opts.header is not None or opts.names or not sniffed.header:
+    """Settle whether the first line is column names, when only text columns show it.
+
+    A table without a header line takes its names from the comment line above it when that
+    line has one name per column.
+    """
+    if opts.header is not None or opts.names:
+        return {}
+    comment = sniffed.comment or opts.comment or ""
+    columns = len(sniffed.types)
+    names = comment_names(lines, comment, sniffed.delim, columns) if comment else None
+    if not sniffed.header:
+        if names and not sniffed.skip:
+            out.notes.append(
+                f"column names taken from the comment line above the table ({', '.join(names)});"
+                " --names to name them otherwise"
+            )
+            return {"names": names}
         return {}
     if any(t != "VARCHAR" for _, t in sniffed.types):
         return {}  # a number or date column shows the first line is not data
-    comment = sniffed.comment or opts.comment or ""
     body = [ln for ln in lines if ln.strip() and not (comment and ln.lstrip().startswith(comment))]
     if not body:
         return {}
     first, rows = _split(body[0], sniffed.delim), [_split(ln, sniffed.delim) for ln in body[1:]]
-    columns = len(sniffed.types)
-    names = comment_names(lines, comment, sniffed.delim, columns) if comment else None
     if names:
         out.notes.append(
             f"column names taken from the comment line ({', '.join(names)}); the first line "
@@ -226,6 +239,11 @@ def settle(
         sniffed: the sniffer's decisions.
     """
     out = Settled()
+    if sniffed.skip and opts.skip_rows is None:
+        out.notes.append(
+            f"skipped {sniffed.skip} line(s) above the table: they do not split like its rows "
+            "(--skip-rows 0 reads them as rows)"
+        )
     update = _header(lines, opts, sniffed, out)
     exprs, keys = _text_checks(sniffed)
     if exprs and not update:

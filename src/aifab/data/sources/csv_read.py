@@ -54,6 +54,8 @@ class _Plan:
     #: The sniffed date and timestamp formats ("" for none).
     dates: str = ""
     stamps: str = ""
+    #: Lines the sniffer skipped above the table.
+    skip: int = 0
 
     def as_text(self, name: str, col_type: str) -> bool:
         """Whether column ``name`` is read as text and cast by a checked expression."""
@@ -89,6 +91,8 @@ def _auto_args(
         "timestampformat": opts.timestamp_format,
     }
     args += [f"{k}={lake.sql_string(v)}" for k, v in named.items() if v is not None]
+    if opts.skip_rows is not None:
+        args.append(f"skip={opts.skip_rows}")
     if opts.names:
         args.append(f"names=[{', '.join(lake.sql_string(n) for n in opts.names)}]")
     if opts.text_columns:
@@ -167,6 +171,7 @@ def _sniff(
         comment=plain["comment"],
         dates=plain["dateformat"],
         stamps=plain["timestampformat"],
+        skip=int(skip),
     )
 
 
@@ -180,12 +185,16 @@ def _first_plan(con: duckdb.DuckDBPyConnection, path: Path, fmt: str, opts: Inge
         plan = _sniff(con, path, fmt, opts, padding=False)
     except duckdb.Error:
         plan = None  # the strict sniffer found no dialect at all
-    if plan is not None and len(plan.types) > 1 and (plan.header or opts.header is not None):
+    settled = plan is not None and len(plan.types) > 1 and not plan.skip
+    if settled and plan is not None and (plan.header or opts.header is not None):
         return plan
     padded = _sniff(con, path, fmt, opts, padding=True)
     if plan is not None:
         one_column = len(plan.types) <= 1 < len(padded.types)
-        if not (one_column or padded.header):
+        # Rows of 3 and 4 fields can make the strict sniffer skip every row above the
+        # first run of 4-field rows, as if they were a preamble.
+        fewer_skipped = padded.skip < plan.skip and len(padded.types) >= len(plan.types)
+        if not (one_column or padded.header or fewer_skipped):
             return plan
     # Columns past the header that DuckDB named itself come from over-long rows; they stay
     # rejected unless most rows are that wide (see _next_plan).
@@ -210,7 +219,7 @@ def _settle(
         f"columns={{{columns}}}",
     ]
     sniffed = csv_infer.Sniffed(
-        plan.types, plan.header, plan.delim, plan.comment, plan.dates, plan.stamps
+        plan.types, plan.header, plan.delim, plan.comment, plan.dates, plan.stamps, plan.skip
     )
     lines = csv_hints.sample_lines(path)
     return csv_infer.settle(con, f"read_csv({', '.join(args)})", lines, opts, sniffed)

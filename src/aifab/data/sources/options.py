@@ -36,6 +36,12 @@ class IngestOptions(StrictConfig):
     escape: str | None = Field(
         None, max_length=1, description="CSV escape character (default sniffed)."
     )
+    skip_rows: int | None = Field(
+        None,
+        ge=0,
+        description="CSV lines above the table to skip, e.g. a free-text preamble "
+        "(default: sniffed).",
+    )
     names: list[str] | None = Field(
         None,
         min_length=1,
