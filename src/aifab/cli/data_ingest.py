@@ -41,7 +41,7 @@ def _facts(details: dict[str, Any]) -> str:
     for note in details.get("inferred") or ():
         out += f"\n{note}"
     if details.get("encoding"):
-        out += f"\nread as {details['encoding']} text"
+        out += f"\nread as {details['encoding']} text (--encoding to change)"
     if details.get("padded"):
         out += f"\npadded {details['padded']} short row(s) with nulls (--strict rejects them)"
     for column, kind in (details.get("widened") or {}).items():

@@ -123,3 +123,17 @@ def test_three_then_four_field_rows_are_padded_not_skipped(tmp_path: Path, cli: 
     assert len(got) == 418 and columns("ragged") == ["id", "name", "score", "tag"]
     assert got[0] == ("id0", "name 0", 0.0, None) and got[300][3] == "tag300"
     assert "padded 215 short row(s)" in out and "comment line" in out
+
+
+# 5. UTF-16LE without a BOM: recognized by its zero bytes, and --encoding works for .txt
+
+
+def test_utf16_without_bom_is_read_as_utf16(tmp_path: Path, cli: Any) -> None:
+    table = "id,name\n" + "".join(f"{i},naïve {i}\n" for i in range(20))
+    out = ingest_ok(cli, "u16", write(tmp_path / "t.csv", table.encode("utf-16-le")))
+    assert rows("u16")[1] == (1, "naïve 1") and "utf-16-le" in out and "--encoding" in out
+    doc = write(tmp_path / "d.txt", "Hello\nsecond line é\n".encode("utf-16-le"))
+    ingest_ok(cli, "u16doc", doc)
+    assert "second line é" in rows("u16doc")[0][2]
+    ingest_ok(cli, "u16doc2", doc, "--encoding", "utf-16-le")
+    assert "second line é" in rows("u16doc2")[0][2]

@@ -52,7 +52,8 @@ def _text_file(path: Path, opts: IngestOptions) -> tuple[Path, str | None]:
     """The UTF-8 file DuckDB should read for ``path``, and the encoding it was converted from.
 
     A BOM or ``--encoding`` other than UTF-8 gives a transcoded copy in the workspace's
-    ``tmp/`` (a BOM wins over ``--encoding``; a gzip'd file is decompressed into the copy);
+    ``tmp/`` (a BOM wins over ``--encoding``, which wins over UTF-16 recognized by its zero
+    bytes; a gzip'd file is decompressed into the copy);
     binary content is refused instead of read as garbage.
 
     Raises:
@@ -73,7 +74,7 @@ def _text_file(path: Path, opts: IngestOptions) -> tuple[Path, str | None]:
         return out, enc
     with path.open("rb") as fh:
         head = fh.read(text_decode.HEAD_BYTES)
-    enc = text_decode.bom_encoding(head) or enc
+    enc = text_decode.bom_encoding(head) or enc or text_decode.utf16_without_bom(head)
     if enc in (None, "utf-8", "utf-8-sig"):
         at = text_decode.binary_offset(head)
         if at is not None:
