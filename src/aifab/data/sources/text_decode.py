@@ -100,9 +100,10 @@ def _where(exc: UnicodeDecodeError, base: int) -> str:
 def decode(raw: bytes, encoding: str | None, *, html: bool = False) -> tuple[str, str]:
     """Decode a whole document strictly; return ``(text, encoding used)``.
 
-    The encoding is a BOM's (or UTF-16 without a BOM), else an HTML charset declaration's (``html=True``), else UTF-8
-    when the bytes are valid UTF-8, else ``encoding``: a given encoding is the fallback for
-    the files that say nothing and are not UTF-8, so one folder may mix encodings.
+    The encoding is a BOM's (or UTF-16 without a BOM), else an HTML charset declaration's
+    (``html=True``), else UTF-8 when the bytes are valid UTF-8 text, else ``encoding``: a
+    given encoding is the fallback for the files that say nothing and are not UTF-8, so one
+    folder may mix encodings.
 
     Raises:
         UndecodableError: binary content, or bytes that are not valid in that encoding.
