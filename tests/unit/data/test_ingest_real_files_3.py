@@ -137,3 +137,22 @@ def test_utf16_without_bom_is_read_as_utf16(tmp_path: Path, cli: Any) -> None:
     assert "second line é" in rows("u16doc")[0][2]
     ingest_ok(cli, "u16doc2", doc, "--encoding", "utf-16-le")
     assert "second line é" in rows("u16doc2")[0][2]
+
+
+# 8. R's write.table: the header has one field fewer than the rows (row names)
+
+
+def test_r_write_table_row_names_get_their_own_column(tmp_path: Path, cli: Any) -> None:
+    body = "".join(f'"{i + 1}",{150 + i},{50.5 + i},"g{i % 3}"\n' for i in range(30))
+    out = ingest_ok(cli, "rcsv", write(tmp_path / "r.csv", '"height","weight","group"\n' + body))
+    assert columns("rcsv") == ["row_name", "height", "weight", "group"]
+    assert rows("rcsv")[0] == (1, 150, 50.5, "g0") and "row_name" in out
+    spaced = "".join(f'"r{i + 1}" {150 + i} {50.5 + i} "g{i % 3}"\n' for i in range(30))
+    ingest_ok(
+        cli,
+        "rtxt",
+        write(tmp_path / "r.txt", '"height" "weight" "group"\n' + spaced),
+        "--format",
+        "csv",
+    )
+    assert rows("rtxt")[0] == ("r1", 150, 50.5, "g0")

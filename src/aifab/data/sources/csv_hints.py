@@ -88,6 +88,31 @@ def better_delimiter(lines: list[str], sniffed: str) -> str | None:
     return None
 
 
+#: The name of the column of row names that R's ``write.table`` leaves without a header field.
+ROW_NAME = "row_name"
+
+
+def row_names(lines: list[str], body: list[str], sniffed: str) -> tuple[str, list[str]] | None:
+    """R's ``write.table`` shape: the delimiter and header fields, or ``None``.
+
+    R writes row names as a first column without a name, so the header line (the file's
+    first) has one field fewer than every row below it. A trailing delimiter on every row
+    (an empty last field) is a different shape and does not count.
+    """
+    if len(body) < 2 or body[0] != lines[0]:
+        return None
+    for delim in dict.fromkeys((sniffed, *CANDIDATES, " ")):
+        header = next(csv.reader([body[0]], delimiter=delim), [])
+        rows = list(csv.reader(body[1:], delimiter=delim))
+        # One word above lines of two is a title or a list, not a table, when split on spaces.
+        if len(header) < (2 if delim == " " else 1) or {len(r) for r in rows} != {len(header) + 1}:
+            continue
+        if all(not r[-1].strip() for r in rows):
+            continue
+        return delim, [h.strip() for h in header]
+    return None
+
+
 def space_columns(lines: list[str]) -> int:
     """The column count when every line splits into that many fields on runs of spaces."""
     if len(lines) < 2 or any('"' in line or "\t" in line for line in lines):
@@ -146,6 +171,11 @@ def _second_opinion(
         update["delimiter"] = delim = better
     if opts.header is None and header and body and all_numbers(body[0], delim):
         update["header"] = False
+    if opts.header is None and opts.names is None and opts.skip_rows is None:
+        found = row_names(lines, body, delim)
+        if found is not None and (opts.delimiter is None or opts.delimiter == found[0]):
+            update |= {"delimiter": found[0], "names": [ROW_NAME, *found[1]], "header": False}
+            update["skip_rows"] = 1
     return opts.model_copy(update=update) if update else None
 
 

@@ -485,7 +485,13 @@ def stage_csv(
     try:
         first = _first_plan(con, path, fmt, opts)
         hinted = csv_hints.second_opinion(path, fmt, opts, first.delim, first.comment, first.header)
+        notes: list[str] = []
         if hinted is not None:
+            if hinted.names and hinted.names[0] == csv_hints.ROW_NAME and not opts.names:
+                notes.append(
+                    "the header has one name fewer than the rows (R's write.table row names): "
+                    f"the first column is named {csv_hints.ROW_NAME!r} (--names to change)"
+                )
             opts, first = hinted, _first_plan(con, path, fmt, hinted)
         settled = _settle(con, path, opts, first)
         if settled.options is not None:
@@ -514,8 +520,8 @@ def stage_csv(
         details["padded"] = padded
     if final.widened:
         details["widened"] = dict(final.widened)
-    if settled.notes:
-        details["inferred"] = settled.notes
+    if notes or settled.notes:
+        details["inferred"] = notes + settled.notes
     staged = Staged(dest, source, "file", details)
     staged.rejected = rejected
     if rejected:
