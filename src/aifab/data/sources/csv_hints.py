@@ -172,9 +172,9 @@ def _second_opinion(
     if opts.header is None and header and body and all_numbers(body[0], delim):
         update["header"] = False
     if opts.header is None and opts.names is None and opts.skip_rows is None:
-        found = row_names(lines, body, delim)
-        if found is not None and (opts.delimiter is None or opts.delimiter == found[0]):
-            update |= {"delimiter": found[0], "names": [ROW_NAME, *found[1]], "header": False}
+        shape = row_names(lines, body, delim)
+        if shape is not None and (opts.delimiter is None or opts.delimiter == shape[0]):
+            update |= {"delimiter": shape[0], "names": [ROW_NAME, *shape[1]], "header": False}
             update["skip_rows"] = 1
     return opts.model_copy(update=update) if update else None
 
