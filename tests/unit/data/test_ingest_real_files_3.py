@@ -156,3 +156,32 @@ def test_r_write_table_row_names_get_their_own_column(tmp_path: Path, cli: Any) 
         "csv",
     )
     assert rows("rtxt")[0] == ("r1", 150, 50.5, "g0")
+
+
+# 7. free-text preambles above a table aligned with spaces
+
+
+def test_free_text_preamble_above_a_spaced_table_is_skipped_and_named(
+    tmp_path: Path, cli: Any
+) -> None:
+    pre = ["NIST/ITL StRD", "Dataset Name:  Longley", "", "File Format:   ASCII"]
+    pre += [f"Description line {i} of free text, with words." for i in range(50)]
+    pre += ["", "Data:       y          x1           x2"]
+    data = [f"    {60323 + i}     {83.0 + i:.1f}     {234289 + 7 * i}" for i in range(16)]
+    src = write(tmp_path / "longley.dat", "\n".join(pre + data) + "\n")
+    out = ingest_ok(cli, "longley", src, "--format", "csv")
+    got = rows("longley")
+    assert len(got) == 16 and got[0] == (60323, 83.0, 234289)
+    assert "skipped" in out and "--skip-rows" in out
+    title = "Table 3: results\n================\nname    value   count\n"
+    body = "".join(f"item{i}   {i * 1.5}   {i}\n" for i in range(10))
+    ingest_ok(cli, "titled", write(tmp_path / "t.txt", title + body), "--format", "csv")
+    assert columns("titled") == ["name", "value", "count"] and len(rows("titled")) == 10
+
+
+def test_skip_rows_reads_a_comma_table_below_prose(tmp_path: Path, cli: Any) -> None:
+    prose = "This file holds the results.\nSee the report, page 3, for the method.\n\n"
+    table = "a,b\n" + "".join(f"{i},{i * 2}\n" for i in range(10))
+    src = write(tmp_path / "p.csv", prose + table)
+    ingest_ok(cli, "prose", src, "--skip-rows", "3")
+    assert columns("prose") == ["a", "b"] and len(rows("prose")) == 10

@@ -128,17 +128,27 @@ def all_numbers(line: str, delim: str) -> bool:
     return bool(fields) and all(_NUMBER.fullmatch(f.strip()) for f in fields)
 
 
-def _tab_lines(src: Path) -> Iterator[str]:
+def _tab_lines(src: Path, skip: int) -> Iterator[str]:
     with open_text(src) as fh:
         for line in fh:
-            if line.strip():
-                yield "\t".join(line.split()) + "\n"
+            if not line.strip():
+                continue
+            if skip > 0:
+                skip -= 1
+                continue
+            yield "\t".join(line.split()) + "\n"
 
 
-def spaces_to_tabs(src: Path, dest: Path) -> None:
-    """Rewrite a space-aligned table as tab-separated text (blank lines dropped)."""
+def spaces_to_tabs(src: Path, dest: Path, skip: int = 0) -> None:
+    """Rewrite a space-aligned table as tab-separated text (blank lines dropped).
+
+    Args:
+        src: the text file.
+        dest: the tab-separated file to write.
+        skip: non-blank lines above the table (a free-text preamble) left out.
+    """
     with dest.open("w", encoding="utf-8", newline="") as out:
-        out.writelines(_tab_lines(src))
+        out.writelines(_tab_lines(src, skip))
 
 
 def second_opinion(
@@ -179,9 +189,37 @@ def _second_opinion(
     return opts.model_copy(update=update) if update else None
 
 
-def spaced(path: Path, fmt: str, opts: IngestOptions, columns: int) -> bool:
-    """Whether a file DuckDB reads as one column is a table aligned with runs of spaces."""
+def wordy(path: Path) -> bool:
+    """Whether most lines of the file hold several words (a table read as one column?)."""
+    lines = [line for line in sample_lines(path) if line.strip()]
+    return bool(lines) and sum(len(line.split()) > 1 for line in lines) * 2 > len(lines)
+
+
+#: Rows a table below a free-text preamble must show in the sample to be taken for one.
+_MIN_TABLE_LINES = 3
+
+
+def spaced(path: Path, fmt: str, opts: IngestOptions, columns: int) -> int | None:
+    """Whether a file DuckDB reads as one column is a table aligned with runs of spaces.
+
+    Returns:
+        ``None`` when it is not; else the count of non-blank lines above the table (a
+        free-text preamble, such as the description atop NIST StRD files, or the lines
+        ``--skip-rows`` names), 0 for none.
+    """
     if fmt != "csv" or opts.delimiter is not None or columns > 1:
-        return False
+        return None
     lines = sample_lines(path)
-    return space_columns(data_lines(lines, opts.comment or comment_prefix(lines))) > 0
+    given = 0
+    if opts.skip_rows is not None:
+        given = sum(1 for line in lines[: opts.skip_rows] if line.strip())
+        lines = lines[opts.skip_rows :]
+    if space_columns(data_lines(lines, opts.comment or comment_prefix(lines))) > 0:
+        return given
+    if opts.skip_rows is not None:
+        return None
+    filled = [line for line in lines if line.strip()]
+    for start in range(1, len(filled) - _MIN_TABLE_LINES + 1):
+        if space_columns(filled[start:]) > 0:
+            return start
+    return None

@@ -427,15 +427,26 @@ def _space_aligned(
     dest: Path,
     copy: Callable[[str], None],
     source: str,
+    skip: int,
 ) -> Staged:
-    """Read a table aligned with runs of spaces as the tab-separated text it stands for."""
+    """Read a table aligned with runs of spaces as the tab-separated text it stands for.
+
+    ``skip`` non-blank lines above the table (a free-text preamble) are left out.
+    """
     tabs = lake.staging_path(".tsv")
     try:
-        csv_hints.spaces_to_tabs(path, tabs)
-        staged = stage_csv(con, tabs, "tsv", opts, dest, copy, source)
+        csv_hints.spaces_to_tabs(path, tabs, skip)
+        inner = opts.model_copy(update={"skip_rows": None})
+        staged = stage_csv(con, tabs, "tsv", inner, dest, copy, source)
     finally:
         tabs.unlink(missing_ok=True)
     staged.details["delimiter"] = "spaces"
+    if skip and opts.skip_rows is None:
+        note = (
+            f"skipped {skip} line(s) of text above a table aligned with spaces "
+            "(--skip-rows N to set how many lines to skip)"
+        )
+        staged.details["inferred"] = [note, *staged.details.get("inferred", [])]
     return staged
 
 
@@ -496,8 +507,9 @@ def stage_csv(
         settled = _settle(con, path, opts, first)
         if settled.options is not None:
             opts, first = settled.options, _first_plan(con, path, fmt, settled.options)
-        if csv_hints.spaced(path, fmt, opts, len(first.types)):
-            return _space_aligned(con, path, opts, dest, copy, source)
+        skip = csv_hints.spaced(path, fmt, opts, len(first.types))
+        if skip is not None:
+            return _space_aligned(con, path, opts, dest, copy, source, skip)
         if _stray_quotes(first, path, opts):
             return _without_unbalanced_lines(con, path, fmt, opts, dest, copy, source)
         final, table = _passes(con, path, fmt, opts, copy, dest, first)
@@ -520,6 +532,11 @@ def stage_csv(
         details["padded"] = padded
     if final.widened:
         details["widened"] = dict(final.widened)
+    if len(final.types) == 1 and csv_hints.wordy(path):
+        notes.append(
+            "read as one column of whole lines; --delimiter, or --skip-rows N above a "
+            "table, splits them into columns"
+        )
     if notes or settled.notes:
         details["inferred"] = notes + settled.notes
     staged = Staged(dest, source, "file", details)
