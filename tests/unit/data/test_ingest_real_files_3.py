@@ -185,3 +185,27 @@ def test_skip_rows_reads_a_comma_table_below_prose(tmp_path: Path, cli: Any) -> 
     src = write(tmp_path / "p.csv", prose + table)
     ingest_ok(cli, "prose", src, "--skip-rows", "3")
     assert columns("prose") == ["a", "b"] and len(rows("prose")) == 10
+
+
+# 9. a '#' preamble above a space- or colon-separated table
+
+
+def test_comment_preamble_above_space_and_colon_tables(tmp_path: Path, cli: Any) -> None:
+    spaced = "# generated list\n# fields: name value count\n" + "".join(
+        f"item{i} {i} {i * 2}\n" for i in range(6)
+    )
+    src = write(tmp_path / "s.txt", spaced)
+    for flags in ((), ("--comment", "#")):
+        name = f"spaced{len(flags)}"
+        ingest_ok(cli, name, src, "--format", "csv", *flags)
+        assert rows(name)[0] == ("item0", 0, 0) and len(rows(name)) == 6
+        assert columns(name) == ["column0", "column1", "column2"]
+    aliases = "# mail aliases\n# see the manual\nmailer-daemon:postmaster\n" + "".join(
+        f"alias{i}:root\n" for i in range(5)
+    )
+    src = write(tmp_path / "aliases", aliases)
+    for flags in ((), ("--comment", "#")):
+        name = f"aliases{len(flags)}"
+        out = ingest_ok(cli, name, src, "--format", "csv", *flags)
+        assert rows(name)[0] == ("mailer-daemon", "postmaster") and len(rows(name)) == 6
+        assert "--header" in out

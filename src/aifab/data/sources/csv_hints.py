@@ -128,10 +128,13 @@ def all_numbers(line: str, delim: str) -> bool:
     return bool(fields) and all(_NUMBER.fullmatch(f.strip()) for f in fields)
 
 
-def _tab_lines(src: Path, skip: int) -> Iterator[str]:
+def _tab_lines(src: Path, skip: int, comment: str | None) -> Iterator[str]:
     with open_text(src) as fh:
         for line in fh:
             if not line.strip():
+                continue
+            if comment and line.lstrip().startswith(comment):
+                yield line  # left whole, so the reader still sees a comment line
                 continue
             if skip > 0:
                 skip -= 1
@@ -139,16 +142,17 @@ def _tab_lines(src: Path, skip: int) -> Iterator[str]:
             yield "\t".join(line.split()) + "\n"
 
 
-def spaces_to_tabs(src: Path, dest: Path, skip: int = 0) -> None:
+def spaces_to_tabs(src: Path, dest: Path, skip: int = 0, comment: str | None = None) -> None:
     """Rewrite a space-aligned table as tab-separated text (blank lines dropped).
 
     Args:
         src: the text file.
         dest: the tab-separated file to write.
         skip: non-blank lines above the table (a free-text preamble) left out.
+        comment: the comment-line prefix; comment lines are copied unchanged.
     """
     with dest.open("w", encoding="utf-8", newline="") as out:
-        out.writelines(_tab_lines(src, skip))
+        out.writelines(_tab_lines(src, skip, comment))
 
 
 def second_opinion(

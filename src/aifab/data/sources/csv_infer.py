@@ -89,8 +89,8 @@ def comment_names(lines: list[str], comment: str, delim: str, columns: int) -> l
         if not line.lstrip().startswith(comment):
             break
         last = line.lstrip()[len(comment) :]
-    if last is None:
-        return None
+    if last is None or columns < 2:
+        return None  # one name above one column is as likely a title as a name
     names = [f.strip() for f in _split(last, delim) if f.strip()]
     if len(names) != columns or len(set(names)) != columns:
         return None
@@ -128,14 +128,15 @@ def _header(lines: list[str], opts: IngestOptions, sniffed: Sniffed, out: Settle
             "is a row (--header to take it as the names)"
         )
         return {"names": names, "header": False}
-    if not _looks_like_data(first, rows):
-        return {}
     if comment:
+        # Below a comment preamble, text columns give no sign the first line is names.
         out.notes.append(
-            "the first line looks like the rows below it: read as a row, columns named "
-            "column0... (--header to take it as column names, --names to name them)"
+            "the first line below the comments is text like the rows: read as a row, columns "
+            "named column0... (--header to take it as column names, --names to name them)"
         )
         return {"header": False}
+    if not _looks_like_data(first, rows):
+        return {}
     out.notes.append(
         "header: the first line was taken as column names although it looks like the rows "
         "below it (--no-header keeps it as a row)"

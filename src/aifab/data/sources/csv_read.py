@@ -435,7 +435,8 @@ def _space_aligned(
     """
     tabs = lake.staging_path(".tsv")
     try:
-        csv_hints.spaces_to_tabs(path, tabs, skip)
+        comment = opts.comment or csv_hints.comment_prefix(csv_hints.sample_lines(path))
+        csv_hints.spaces_to_tabs(path, tabs, skip, comment)
         inner = opts.model_copy(update={"skip_rows": None})
         staged = stage_csv(con, tabs, "tsv", inner, dest, copy, source)
     finally:
@@ -504,14 +505,14 @@ def stage_csv(
                     f"the first column is named {csv_hints.ROW_NAME!r} (--names to change)"
                 )
             opts, first = hinted, _first_plan(con, path, fmt, hinted)
-        settled = _settle(con, path, opts, first)
-        if settled.options is not None:
-            opts, first = settled.options, _first_plan(con, path, fmt, settled.options)
         skip = csv_hints.spaced(path, fmt, opts, len(first.types))
         if skip is not None:
             return _space_aligned(con, path, opts, dest, copy, source, skip)
         if _stray_quotes(first, path, opts):
             return _without_unbalanced_lines(con, path, fmt, opts, dest, copy, source)
+        settled = _settle(con, path, opts, first)
+        if settled.options is not None:
+            opts, first = settled.options, _first_plan(con, path, fmt, settled.options)
         final, table = _passes(con, path, fmt, opts, copy, dest, first)
         if _unterminated(con, table, path, opts):
             return _without_unbalanced_lines(con, path, fmt, opts, dest, copy, source)
