@@ -80,10 +80,13 @@ def source_kind(source: str, kind: str = "auto", *, tabular: bool = False) -> st
         return folder_kind(path)
     if not path.exists():
         raise NotFoundError(f"{source}: no such file or folder")
-    from aifab.data.sources.folders import DOC_EXTENSIONS
+    from aifab.data.sources.folders import DOC_EXTENSIONS, IMAGE_EXTENSIONS
 
-    # A single document is read as a one-row docs table (a folder of one, in effect).
-    return "docs" if path.suffix.lower() in DOC_EXTENSIONS and not tabular else "file"
+    # A single document or image is read as a one-row table (a folder of one, in effect).
+    suffix = path.suffix.lower()
+    if suffix in IMAGE_EXTENSIONS and not tabular:
+        return "images"
+    return "docs" if suffix in DOC_EXTENSIONS and not tabular else "file"
 
 
 def _stage_url(
@@ -127,6 +130,8 @@ def _stage(
 
         if kind == "docs":
             return folders.stage_documents(path, dest, opts.encoding)
+        if path.is_file():
+            return folders.stage_image_file(path, dest)
         return folders.stage_images(path, dest)
     from aifab.data.sources.files import stage_file
 

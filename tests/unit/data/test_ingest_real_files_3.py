@@ -209,3 +209,20 @@ def test_comment_preamble_above_space_and_colon_tables(tmp_path: Path, cli: Any)
         out = ingest_ok(cli, name, src, "--format", "csv", *flags)
         assert rows(name)[0] == ("mailer-daemon", "postmaster") and len(rows(name)) == 6
         assert "--header" in out
+
+
+# 6. a single image file is a one-row image table
+
+
+def test_single_image_file_is_a_one_row_image_table(tmp_path: Path, cli: Any) -> None:
+    from PIL import Image
+
+    for fmt, ext in (("PNG", "png"), ("JPEG", "jpg")):
+        src = tmp_path / f"one.{ext}"
+        Image.new("RGB", (7, 5), (200, 10, 10)).save(src, fmt)
+        ingest_ok(cli, f"one_{ext}", src)
+        got = rows(f"one_{ext}")
+        assert len(got) == 1 and got[0][0] == str(src) and got[0][2:5] == (7, 5, fmt)
+    broken = write(tmp_path / "broken.png", b"\x89PNG\r\n\x1a\nnot really")
+    r = cli("data", "ingest", "broken", broken)
+    assert r.exit_code != 0 and "not a readable image" in r.stderr
