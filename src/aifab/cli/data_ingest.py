@@ -84,7 +84,7 @@ def register(app: typer.Typer) -> None:
         crawl: bool = typer.Option(False, "--crawl", help="SOURCE is a file of URLs to crawl."),
         kind: str = typer.Option("auto", help="auto, file, docs, images, url, api or crawl."),
         fmt: str | None = typer.Option(
-            None, "--format", help="csv, tsv, jsonl, json, parquet, xlsx, arrow."
+            None, "--format", help="csv, tsv, jsonl, json, parquet, xlsx, arrow, orc, arff."
         ),
         delimiter: str | None = typer.Option(None, help="CSV delimiter (default sniffed)."),
         header: bool | None = typer.Option(

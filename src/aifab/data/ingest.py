@@ -105,6 +105,52 @@ def _stage_url(
     return replace(staged, source=url, source_kind="url", details=details)
 
 
+def _stage_archive(
+    archive_kind: str,
+    path: Path,
+    opts: IngestOptions,
+    con: duckdb.DuckDBPyConnection,
+    dest: Path,
+    progress: bool,
+) -> Staged:
+    """Unpack a zip/tar archive or gzip'd document and stage what it holds.
+
+    Raises:
+        InvalidInputError: an archive of several tables, of images (their rows would point
+            into a scratch folder), or of nothing aifab reads.
+    """
+    import shutil
+
+    from aifab.data.sources import archives
+    from aifab.data.sources.files import format_of
+    from aifab.data.sources.folders import DOC_EXTENSIONS, IMAGE_EXTENSIONS
+
+    folder = lake.staging_path("")
+    try:
+        members = archives.unpack(path, archive_kind, folder)
+        tables = [m for m in members if opts.format or format_of(m.name)]
+        docs = [m for m in members if m.suffix.lower() in DOC_EXTENSIONS]
+        if len(tables) == 1 or (tables and not opts.format and len(members) == 1):
+            staged = _stage("file", str(tables[0]), opts, con, dest, progress)
+        elif not tables and docs:
+            staged = _stage("docs", str(folder), opts, con, dest, progress)
+        else:
+            images = [m for m in members if m.suffix.lower() in IMAGE_EXTENSIONS]
+            names = ", ".join(m.name for m in (tables or images or members)[:5])
+            what = (
+                f"{len(tables)} tables ({names}): unpack it and ingest each file"
+                if tables
+                else f"images ({names}): unpack it and ingest the folder"
+                if images
+                else f"no table, document or image ({names or 'no files'})"
+            )
+            raise InvalidInputError(f"{path}: the archive holds {what}")
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+    details = {**staged.details, "archive": path.name}
+    return replace(staged, source=str(path), details=details)
+
+
 def _stage(
     kind: str,
     source: str,
@@ -121,6 +167,13 @@ def _stage(
 
         return stage_api(con, source, opts, dest)
     path = Path(source).expanduser().resolve()
+    if kind in ("file", "docs") and path.is_file():
+        from aifab.data.sources.archives import kind_of
+        from aifab.data.sources.folders import DOC_EXTENSIONS
+
+        archive = kind_of(path, DOC_EXTENSIONS)
+        if archive is not None and not (opts.format and archive == "gzdoc"):
+            return _stage_archive(archive, path, opts, con, dest, progress)
     if kind == "crawl":
         from aifab.data.sources.crawl import stage_crawl
 

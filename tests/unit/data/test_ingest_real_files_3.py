@@ -226,3 +226,45 @@ def test_single_image_file_is_a_one_row_image_table(tmp_path: Path, cli: Any) ->
     broken = write(tmp_path / "broken.png", b"\x89PNG\r\n\x1a\nnot really")
     r = cli("data", "ingest", "broken", broken)
     assert r.exit_code != 0 and "not a readable image" in r.stderr
+
+
+# 10. ARFF, ORC, archives and gzip'd documents are read; XML is refused saying what to do
+
+
+def test_arff_orc_archives_and_gzipped_documents(tmp_path: Path, cli: Any) -> None:
+    import gzip
+    import io
+    import tarfile
+    import zipfile
+
+    import pyarrow as pa
+    import pyarrow.orc as orc
+
+    arff = (
+        "% the iris data\n@RELATION iris\n\n@ATTRIBUTE sepallength NUMERIC\n"
+        "@ATTRIBUTE 'class name' {Iris-setosa,Iris-versicolor}\n@DATA\n"
+        "5.1,Iris-setosa\n?,'Iris-versicolor'\n4.9,Iris-setosa\n"
+    )
+    ingest_ok(cli, "iris", write(tmp_path / "iris.arff", arff))
+    assert columns("iris") == ["sepallength", "class name"]
+    assert rows("iris") == [(5.1, "Iris-setosa"), (None, "Iris-versicolor"), (4.9, "Iris-setosa")]
+    orc.write_table(pa.table({"a": [1, 2], "b": ["x", "y"]}), tmp_path / "t.orc")
+    ingest_ok(cli, "orc", tmp_path / "t.orc")
+    assert rows("orc") == [(1, "x"), (2, "y")]
+    table = "id,name\n1,a\n2,b\n"
+    with zipfile.ZipFile(tmp_path / "one.zip", "w") as zf:
+        zf.writestr("data/table.csv", table)
+    ingest_ok(cli, "zipped", tmp_path / "one.zip")
+    assert rows("zipped") == [(1, "a"), (2, "b")]
+    with tarfile.open(tmp_path / "docs.tar.xz", "w:xz") as tf:
+        for name in ("a.txt", "b.md"):
+            info = tarfile.TarInfo(name)
+            info.size = len(f"text of {name}")
+            tf.addfile(info, io.BytesIO(f"text of {name}".encode()))
+    ingest_ok(cli, "tarred", tmp_path / "docs.tar.xz")
+    assert sorted(r[2] for r in rows("tarred")) == ["text of a.txt", "text of b.md"]
+    write(tmp_path / "notes.txt.gz", gzip.compress(b"gzip'd notes\n"))
+    ingest_ok(cli, "gzdoc", tmp_path / "notes.txt.gz")
+    assert rows("gzdoc")[0][2].startswith("gzip'd notes")
+    r = cli("data", "ingest", "xml", write(tmp_path / "d.xml", "<a><b>1</b></a>"))
+    assert r.exit_code != 0 and "convert it to CSV" in r.stderr and "--format" not in r.stderr

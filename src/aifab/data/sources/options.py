@@ -8,7 +8,7 @@ from pydantic import Field
 
 from aifab.core.config import StrictConfig
 
-FileFormat = Literal["csv", "tsv", "jsonl", "json", "parquet", "xlsx", "arrow"]
+FileFormat = Literal["csv", "tsv", "jsonl", "json", "parquet", "xlsx", "arrow", "orc", "arff"]
 
 
 class IngestOptions(StrictConfig):
