@@ -268,3 +268,28 @@ def test_arff_orc_archives_and_gzipped_documents(tmp_path: Path, cli: Any) -> No
     assert rows("gzdoc")[0][2].startswith("gzip'd notes")
     r = cli("data", "ingest", "xml", write(tmp_path / "d.xml", "<a><b>1</b></a>"))
     assert r.exit_code != 0 and "convert it to CSV" in r.stderr and "--format" not in r.stderr
+
+
+# 11. the quarantine list fits an 80-column terminal, reason first and whole
+
+
+def test_quarantine_list_fits_80_columns_with_the_whole_reason(
+    tmp_path: Path, workspace: Path
+) -> None:
+    import os
+    import subprocess
+    import sys
+
+    table = "a,b,c\n" + "".join(f"{i},{i},{i}\n" for i in range(20)) + "1,2\n"
+    src = write(tmp_path / "short.csv", table)
+    env = {**os.environ, "COLUMNS": "80", "AIFAB_HOME": str(workspace)}
+    aifab = [sys.executable, "-c", "from aifab.cli.main import main; main()"]
+    done = subprocess.run([*aifab, "data", "ingest", "q", src, "--strict"], env=env, check=False)
+    assert done.returncode == 0
+    shown = subprocess.run(
+        [*aifab, "data", "quarantine", "q"], env=env, capture_output=True, text=True, check=True
+    )
+    lines = shown.stdout.splitlines()
+    assert lines and all(len(line) <= 80 for line in lines), shown.stdout
+    flat = " ".join(line.strip() for line in lines)
+    assert "Expected Number of Columns: 3 Found: 2" in flat and "1,2" in flat
