@@ -293,3 +293,4 @@ def test_quarantine_list_fits_80_columns_with_the_whole_reason(
     assert lines and all(len(line) <= 80 for line in lines), shown.stdout
     flat = " ".join(line.strip() for line in lines)
     assert "Expected Number of Columns: 3 Found: 2" in flat and "1,2" in flat
+    assert "without --strict" in flat  # the option that keeps the row, not --delimiter

@@ -342,7 +342,7 @@ def _read(
 
 
 def _reject_items(
-    con: duckdb.DuckDBPyConnection, table: str, source: str
+    con: duckdb.DuckDBPyConnection, table: str, source: str, strict: bool
 ) -> Iterator[QuarantineItem]:
     """One quarantine item per rejected line (of several errors on a line, the leftmost)."""
     cur = con.execute(
@@ -355,6 +355,8 @@ def _reject_items(
         for line, text, error_type, message in rows:
             rule = "csv." + str(error_type).lower().replace(" ", "_")
             hint = HINTS.get(str(error_type))
+            if strict and str(error_type) in ("MISSING COLUMNS", "TOO MANY COLUMNS"):
+                hint = ("", "without --strict: short rows are padded, extra fields named")
             yield QuarantineItem(
                 rule=rule,
                 reason=f"{message} (try {hint[1]})" if hint else str(message),
@@ -545,5 +547,5 @@ def stage_csv(
     if rejected:
         shown = con.execute(f"SELECT DISTINCT line FROM {table} ORDER BY line LIMIT {_SHOWN_LINES}")
         staged.rejected_lines = tuple(int(r[0]) for r in shown.fetchall())
-        staged.rejects = _reject_items(con, table, source)
+        staged.rejects = _reject_items(con, table, source, opts.strict)
     return staged
