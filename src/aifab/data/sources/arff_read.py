@@ -51,7 +51,12 @@ def arff_to_csv(path: Path, dest: Path) -> int:
                     f"{path}: sparse ARFF rows (line {number}) are not read; save the data "
                     "dense (Weka: SparseToNonSparse) or as CSV"
                 )
-            fields = next(csv.reader([text], quotechar="'", skipinitialspace=True))
+            try:
+                fields = next(csv.reader([text], quotechar="'", skipinitialspace=True))
+            except csv.Error as exc:
+                raise InvalidInputError(
+                    f"{path}: ARFF line {number} cannot be split ({exc}); save the data as CSV"
+                ) from None
             out.writerow(["" if f == "?" else f for f in fields])
     if not in_data:
         raise InvalidInputError(f"{path}: an ARFF file without an @data section")
