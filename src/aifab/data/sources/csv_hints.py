@@ -99,8 +99,8 @@ def row_names(lines: list[str], body: list[str], sniffed: str) -> tuple[str, lis
     first) has one field fewer than every row below it. A trailing delimiter on every row
     (an empty last field) is a different shape and does not count.
     """
-    if len(body) < 2 or body[0] != lines[0]:
-        return None
+    if len(body) < 2 or body[0] != lines[0] or _consistent(body, sniffed):
+        return None  # the sniffed delimiter splits the header like the rows: no row names
     for delim in dict.fromkeys((sniffed, *CANDIDATES, " ")):
         header = next(csv.reader([body[0]], delimiter=delim), [])
         rows = list(csv.reader(body[1:], delimiter=delim))
