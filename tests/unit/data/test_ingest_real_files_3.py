@@ -301,3 +301,15 @@ def test_header_as_wide_as_the_rows_is_not_taken_for_row_names(tmp_path: Path, c
     table = "dates, cpi, predict\n" + "".join(f"1950:{q}, {28.9 + q},\n" for q in range(1, 9))
     out = ingest_ok(cli, "colons", write(tmp_path / "f.csv", table))
     assert columns("colons") == ["dates", "cpi", "predict"] and "row_name" not in out
+
+
+def test_text_table_whose_first_line_looks_like_its_rows_keeps_it(tmp_path: Path, cli: Any) -> None:
+    # a locale list: no comment, no header, every field text shaped like the ones below
+    body = "".join(f"aa_D{chr(65 + i)}.UTF-8 UTF-8\n" for i in range(12))
+    src = write(tmp_path / "SUPPORTED", body)
+    out = ingest_ok(cli, "locales", src, "--format", "csv")
+    assert len(rows("locales")) == 12 and rows("locales")[0] == ("aa_DA.UTF-8", "UTF-8")
+    assert "--header" in out
+    # a header that differs in shape from its rows is still a header
+    ingest_ok(cli, "named", write(tmp_path / "n.csv", "name,city\nAlice,Paris\nBob,Rome\n"))
+    assert columns("named") == ["name", "city"]

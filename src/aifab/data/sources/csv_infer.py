@@ -138,10 +138,10 @@ def _header(lines: list[str], opts: IngestOptions, sniffed: Sniffed, out: Settle
     if not _looks_like_data(first, rows):
         return {}
     out.notes.append(
-        "header: the first line was taken as column names although it looks like the rows "
-        "below it (--no-header keeps it as a row)"
+        "the first line looks like the rows below it: read as a row, columns named "
+        "column0... (--header to take it as column names, --names to name them)"
     )
-    return {}
+    return {"header": False}
 
 
 def _text_checks(sniffed: Sniffed) -> tuple[list[str], list[str]]:
