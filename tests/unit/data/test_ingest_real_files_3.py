@@ -299,6 +299,7 @@ def test_quarantine_list_fits_80_columns_with_the_whole_reason(
 def test_header_as_wide_as_the_rows_is_not_taken_for_row_names(tmp_path: Path, cli: Any) -> None:
     # A ':' inside the first field must not make the file look like R's row-names shape.
     table = "dates, cpi, predict\n" + "".join(f"1950:{q}, {28.9 + q},\n" for q in range(1, 9))
+    table += "".join(f"1952:{q}, {28.9 + q}\n" for q in range(1, 3))  # ragged on ','
     out = ingest_ok(cli, "colons", write(tmp_path / "f.csv", table))
     assert columns("colons") == ["dates", "cpi", "predict"] and "row_name" not in out
 

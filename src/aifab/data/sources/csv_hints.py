@@ -101,7 +101,10 @@ def row_names(lines: list[str], body: list[str], sniffed: str) -> tuple[str, lis
     """
     if len(body) < 2 or body[0] != lines[0] or _consistent(body, sniffed):
         return None  # the sniffed delimiter splits the header like the rows: no row names
+    by_sniffed = len(next(csv.reader([body[0]], delimiter=sniffed or ","), []))
     for delim in dict.fromkeys((sniffed, *CANDIDATES, " ")):
+        if delim != sniffed and by_sniffed > 1:
+            continue  # the sniffed delimiter splits the header: another one is a coincidence
         header = next(csv.reader([body[0]], delimiter=delim), [])
         rows = list(csv.reader(body[1:], delimiter=delim))
         # One word above lines of two is a title or a list, not a table, when split on spaces.
