@@ -314,3 +314,17 @@ def test_text_table_whose_first_line_looks_like_its_rows_keeps_it(tmp_path: Path
     # a header that differs in shape from its rows is still a header
     ingest_ok(cli, "named", write(tmp_path / "n.csv", "name,city\nAlice,Paris\nBob,Rome\n"))
     assert columns("named") == ["name", "city"]
+
+
+def test_lowercase_text_header_stays_a_header_and_comment_labels_are_dropped(
+    tmp_path: Path, cli: Any
+) -> None:
+    nations, relations = ["usa", "uk", "china", "brazil", "india"], ["treaties", "embargo"]
+    body = "".join(
+        f"{nations[i % 5]},{relations[i % 2]},{nations[(i + 1) % 5]},train\n" for i in range(30)
+    )
+    ingest_ok(cli, "kg", write(tmp_path / "kg.csv", "head,relation,tail,split\n" + body))
+    assert columns("kg") == ["head", "relation", "tail", "split"] and len(rows("kg")) == 30
+    commented = "# columns: invoice, customer\n" + "".join(f"{i},c{i}\n" for i in range(5))
+    ingest_ok(cli, "inv", write(tmp_path / "inv.csv", commented))
+    assert columns("inv") == ["invoice", "customer"] and len(rows("inv")) == 5

@@ -69,14 +69,20 @@ def _split(line: str, delim: str) -> list[str]:
 
 
 def _looks_like_data(first: list[str], rows: list[list[str]]) -> bool:
-    """Whether every field of the first line has the shape of some value below it."""
+    """Whether the first line is data, not column names.
+
+    Every field is shaped like the values below it, and one field is a value that occurs again
+    below it (a column name is not repeated as a value).
+    """
     if not rows:
         return False
+    repeated = False
     for i, value in enumerate(first):
-        below = {_shape(r[i]) for r in rows if i < len(r)}
-        if _shape(value) not in below:
+        below = [r[i] for r in rows if i < len(r)]
+        if _shape(value) not in {_shape(v) for v in below}:
             return False
-    return True
+        repeated = repeated or value in below
+    return repeated
 
 
 def comment_names(lines: list[str], comment: str, delim: str, columns: int) -> list[str] | None:
@@ -92,6 +98,8 @@ def comment_names(lines: list[str], comment: str, delim: str, columns: int) -> l
     if last is None or columns < 2:
         return None  # one name above one column is as likely a title as a name
     names = [f.strip() for f in _split(last, delim) if f.strip()]
+    if names:  # '# columns: id, name' names 'id', not 'columns: id'
+        names[0] = re.sub(r"^[\w ]+:\s+(?=\S)", "", names[0])
     if len(names) != columns or len(set(names)) != columns:
         return None
     return names
