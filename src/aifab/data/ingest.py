@@ -209,7 +209,8 @@ def ingest(
 
     Args:
         name: the dataset (created on first ingest).
-        source: a csv/tsv/jsonl/json/parquet/xlsx/feather/arrow file, a folder of documents
+        source: a csv/tsv/jsonl/json/parquet/xlsx/feather/arrow/orc/arff file, a zip/tar
+            archive of one table or of documents, a document or image, a folder of documents
             or images, an http(s) URL of such a file, an API URL (``kind="api"``) or a file of
             URLs to crawl (``kind="crawl"``).
         kind: ``auto`` (from the source), ``file``, ``docs``, ``images``, ``url``, ``api`` or
