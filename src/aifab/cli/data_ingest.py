@@ -38,8 +38,10 @@ def _options(options_file: Path | None, flags: dict[str, Any]) -> dict[str, Any]
 def _facts(details: dict[str, Any]) -> str:
     """Lines on what the ingest changed or left out besides rejected lines."""
     out = ""
+    for note in details.get("inferred") or ():
+        out += f"\n{note}"
     if details.get("encoding"):
-        out += f"\nread as {details['encoding']} text"
+        out += f"\nread as {details['encoding']} text (--encoding to change)"
     if details.get("padded"):
         out += f"\npadded {details['padded']} short row(s) with nulls (--strict rejects them)"
     for column, kind in (details.get("widened") or {}).items():
@@ -82,7 +84,7 @@ def register(app: typer.Typer) -> None:
         crawl: bool = typer.Option(False, "--crawl", help="SOURCE is a file of URLs to crawl."),
         kind: str = typer.Option("auto", help="auto, file, docs, images, url, api or crawl."),
         fmt: str | None = typer.Option(
-            None, "--format", help="csv, tsv, jsonl, json, parquet, xlsx, arrow."
+            None, "--format", help="csv, tsv, jsonl, json, parquet, xlsx, arrow, orc, arff."
         ),
         delimiter: str | None = typer.Option(None, help="CSV delimiter (default sniffed)."),
         header: bool | None = typer.Option(
@@ -92,13 +94,35 @@ def register(app: typer.Typer) -> None:
         comment: str | None = typer.Option(None, help="CSV comment prefix, e.g. '#'."),
         quote: str | None = typer.Option(None, help="CSV quote character ('' for none)."),
         escape: str | None = typer.Option(None, help="CSV escape character."),
+        skip_rows: int | None = typer.Option(
+            None, "--skip-rows", help="CSV lines above the table to skip (default sniffed)."
+        ),
+        names: str | None = typer.Option(
+            None, "--names", help="CSV column names, comma-separated (the first line is data)."
+        ),
+        text_column: list[str] | None = typer.Option(
+            None, "--text-column", help="A CSV column kept as text; repeatable."
+        ),
+        date_format: str | None = typer.Option(
+            None, "--date-format", help="strptime format of CSV dates, e.g. '%m/%d/%y'."
+        ),
+        timestamp_format: str | None = typer.Option(
+            None, "--timestamp-format", help="strptime format of CSV timestamps."
+        ),
+        dayfirst: bool | None = typer.Option(
+            None,
+            "--dayfirst/--no-dayfirst",
+            help="Dates like 1/2/85 are day first (default: month first unless a value shows).",
+        ),
         decimal: str | None = typer.Option(None, help="CSV decimal separator: '.' or ','."),
         max_line_size: int | None = typer.Option(None, help="Longest CSV line in bytes."),
         encoding: str | None = typer.Option(
             None, help="Text encoding of CSVs/documents (default: BOM, charset, UTF-8)."
         ),
         strict: bool | None = typer.Option(
-            None, "--strict/--no-strict", help="Quarantine short rows; never widen types."
+            None,
+            "--strict/--no-strict",
+            help="Quarantine short rows; never widen types; keep text that reads two ways.",
         ),
         min_kept_share: float | None = typer.Option(
             None, help="Fail when under this share of rows is kept (default 0.5)."
@@ -150,6 +174,12 @@ def register(app: typer.Typer) -> None:
             "comment": comment,
             "quote": quote,
             "escape": escape,
+            "skip_rows": skip_rows,
+            "names": [n.strip() for n in names.split(",")] if names else None,
+            "text_columns": text_column or None,
+            "date_format": date_format,
+            "timestamp_format": timestamp_format,
+            "dayfirst": dayfirst,
             "decimal": decimal,
             "max_line_size": max_line_size,
             "encoding": encoding,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -105,16 +106,29 @@ def quarantine_command(
     from aifab.data.quarantine import list_quarantine
 
     rows = list_quarantine(name, stage=stage, limit=limit)
-    if not as_json:
-        rows = [
-            {
-                **r,
-                "record": _short(json.dumps(r["record"], default=str)),
-                "created_at": when(r["created_at"]),
-            }
-            for r in rows
-        ]
-    emit(rows, as_json, ["id", "stage", "rule", "line", "reason", "record", "created_at"])
+    if as_json:
+        emit(rows, True)
+        return
+    sys.stdout.write("".join(_quarantine_block(r) for r in rows) or "nothing quarantined\n")
+
+
+def _quarantine_block(row: dict) -> str:
+    """One quarantined row as lines that fit the terminal: the reason first, then the record.
+
+    A table squeezed into 80 columns cut the reason to a few characters; wrapped lines keep
+    every word of it.
+    """
+    import shutil
+    import textwrap
+
+    width = max(shutil.get_terminal_size((100, 24)).columns, 40)
+    line = f" line {row['line']}" if row.get("line") is not None else ""
+    head = f"#{row['id']} {row['stage']} {row['rule']}{line} ({when(row['created_at'])})"
+    record = _short(json.dumps(row["record"], default=str), 400)
+    out = [head]
+    for label, text in (("reason", str(row["reason"])), ("record", record)):
+        out += textwrap.wrap(text, width, initial_indent=f"  {label}: ", subsequent_indent="    ")
+    return "\n".join(out) + "\n"
 
 
 def register(app: typer.Typer) -> None:

@@ -81,10 +81,13 @@ def source_kind(source: str, kind: str = "auto", *, tabular: bool = False) -> st
         return folder_kind(path)
     if not path.exists():
         raise NotFoundError(f"{source}: no such file or folder")
-    from aifab.data.sources.folders import DOC_EXTENSIONS
+    from aifab.data.sources.folders import DOC_EXTENSIONS, IMAGE_EXTENSIONS
 
-    # A single document is read as a one-row docs table (a folder of one, in effect).
-    return "docs" if path.suffix.lower() in DOC_EXTENSIONS and not tabular else "file"
+    # A single document or image is read as a one-row table (a folder of one, in effect).
+    suffix = path.suffix.lower()
+    if suffix in IMAGE_EXTENSIONS and not tabular:
+        return "images"
+    return "docs" if suffix in DOC_EXTENSIONS and not tabular else "file"
 
 
 def _stage_url(
@@ -103,6 +106,52 @@ def _stage_url(
     return replace(staged, source=url, source_kind="url", details=details)
 
 
+def _stage_archive(
+    archive_kind: str,
+    path: Path,
+    opts: IngestOptions,
+    con: duckdb.DuckDBPyConnection,
+    dest: Path,
+    progress: bool,
+) -> Staged:
+    """Unpack a zip/tar archive or gzip'd document and stage what it holds.
+
+    Raises:
+        InvalidInputError: an archive of several tables, of images (their rows would point
+            into a scratch folder), or of nothing aifab reads.
+    """
+    import shutil
+
+    from aifab.data.sources import archives
+    from aifab.data.sources.files import format_of
+    from aifab.data.sources.folders import DOC_EXTENSIONS, IMAGE_EXTENSIONS
+
+    folder = lake.staging_path("")
+    try:
+        members = archives.unpack(path, archive_kind, folder)
+        tables = [m for m in members if opts.format or format_of(m.name)]
+        docs = [m for m in members if m.suffix.lower() in DOC_EXTENSIONS]
+        if len(tables) == 1 or (tables and not opts.format and len(members) == 1):
+            staged = _stage("file", str(tables[0]), opts, con, dest, progress)
+        elif not tables and docs:
+            staged = _stage("docs", str(folder), opts, con, dest, progress)
+        else:
+            images = [m for m in members if m.suffix.lower() in IMAGE_EXTENSIONS]
+            names = ", ".join(m.name for m in (tables or images or members)[:5])
+            what = (
+                f"{len(tables)} tables ({names}): unpack it and ingest each file"
+                if tables
+                else f"images ({names}): unpack it and ingest the folder"
+                if images
+                else f"no table, document or image ({names or 'no files'})"
+            )
+            raise InvalidInputError(f"{path}: the archive holds {what}")
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+    details = {**staged.details, "archive": path.name}
+    return replace(staged, source=str(path), details=details)
+
+
 def _stage(
     kind: str,
     source: str,
@@ -119,6 +168,13 @@ def _stage(
 
         return stage_api(con, source, opts, dest)
     path = Path(source).expanduser().resolve()
+    if kind in ("file", "docs") and path.is_file():
+        from aifab.data.sources.archives import kind_of
+        from aifab.data.sources.folders import DOC_EXTENSIONS
+
+        archive = kind_of(path, DOC_EXTENSIONS)
+        if archive is not None and not (opts.format and archive == "gzdoc"):
+            return _stage_archive(archive, path, opts, con, dest, progress)
     if kind == "crawl":
         from aifab.data.sources.crawl import stage_crawl
 
@@ -128,6 +184,8 @@ def _stage(
 
         if kind == "docs":
             return folders.stage_documents(path, dest, opts.encoding)
+        if path.is_file():
+            return folders.stage_image_file(path, dest)
         return folders.stage_images(path, dest)
     from aifab.data.sources.files import stage_file
 
@@ -152,7 +210,8 @@ def ingest(
 
     Args:
         name: the dataset (created on first ingest).
-        source: a csv/tsv/jsonl/json/parquet/xlsx/feather/arrow file, a folder of documents
+        source: a csv/tsv/jsonl/json/parquet/xlsx/feather/arrow/orc/arff file, a zip/tar
+            archive of one table or of documents, a document or image, a folder of documents
             or images, an http(s) URL of such a file, an API URL (``kind="api"``) or a file of
             URLs to crawl (``kind="crawl"``).
         kind: ``auto`` (from the source), ``file``, ``docs``, ``images``, ``url``, ``api`` or

@@ -88,6 +88,34 @@ def better_delimiter(lines: list[str], sniffed: str) -> str | None:
     return None
 
 
+#: The name of the column of row names that R's ``write.table`` leaves without a header field.
+ROW_NAME = "row_name"
+
+
+def row_names(lines: list[str], body: list[str], sniffed: str) -> tuple[str, list[str]] | None:
+    """R's ``write.table`` shape: the delimiter and header fields, or ``None``.
+
+    R writes row names as a first column without a name, so the header line (the file's
+    first) has one field fewer than every row below it. A trailing delimiter on every row
+    (an empty last field) is a different shape and does not count.
+    """
+    if len(body) < 2 or body[0] != lines[0] or _consistent(body, sniffed):
+        return None  # the sniffed delimiter splits the header like the rows: no row names
+    by_sniffed = len(next(csv.reader([body[0]], delimiter=sniffed or ","), []))
+    for delim in dict.fromkeys((sniffed, *CANDIDATES, " ")):
+        if delim != sniffed and by_sniffed > 1:
+            continue  # the sniffed delimiter splits the header: another one is a coincidence
+        header = next(csv.reader([body[0]], delimiter=delim), [])
+        rows = list(csv.reader(body[1:], delimiter=delim))
+        # One word above lines of two is a title or a list, not a table, when split on spaces.
+        if len(header) < (2 if delim == " " else 1) or {len(r) for r in rows} != {len(header) + 1}:
+            continue
+        if all(not r[-1].strip() for r in rows):
+            continue
+        return delim, [h.strip() for h in header]
+    return None
+
+
 def space_columns(lines: list[str]) -> int:
     """The column count when every line splits into that many fields on runs of spaces."""
     if len(lines) < 2 or any('"' in line or "\t" in line for line in lines):
@@ -103,17 +131,31 @@ def all_numbers(line: str, delim: str) -> bool:
     return bool(fields) and all(_NUMBER.fullmatch(f.strip()) for f in fields)
 
 
-def _tab_lines(src: Path) -> Iterator[str]:
+def _tab_lines(src: Path, skip: int, comment: str | None) -> Iterator[str]:
     with open_text(src) as fh:
         for line in fh:
-            if line.strip():
-                yield "\t".join(line.split()) + "\n"
+            if not line.strip():
+                continue
+            if comment and line.lstrip().startswith(comment):
+                yield line  # left whole, so the reader still sees a comment line
+                continue
+            if skip > 0:
+                skip -= 1
+                continue
+            yield "\t".join(line.split()) + "\n"
 
 
-def spaces_to_tabs(src: Path, dest: Path) -> None:
-    """Rewrite a space-aligned table as tab-separated text (blank lines dropped)."""
+def spaces_to_tabs(src: Path, dest: Path, skip: int = 0, comment: str | None = None) -> None:
+    """Rewrite a space-aligned table as tab-separated text (blank lines dropped).
+
+    Args:
+        src: the text file.
+        dest: the tab-separated file to write.
+        skip: non-blank lines above the table (a free-text preamble) left out.
+        comment: the comment-line prefix; comment lines are copied unchanged.
+    """
     with dest.open("w", encoding="utf-8", newline="") as out:
-        out.writelines(_tab_lines(src))
+        out.writelines(_tab_lines(src, skip, comment))
 
 
 def second_opinion(
@@ -146,12 +188,45 @@ def _second_opinion(
         update["delimiter"] = delim = better
     if opts.header is None and header and body and all_numbers(body[0], delim):
         update["header"] = False
+    if opts.header is None and opts.names is None and opts.skip_rows is None:
+        shape = row_names(lines, body, delim)
+        if shape is not None and (opts.delimiter is None or opts.delimiter == shape[0]):
+            update |= {"delimiter": shape[0], "names": [ROW_NAME, *shape[1]], "header": False}
+            update["skip_rows"] = 1
     return opts.model_copy(update=update) if update else None
 
 
-def spaced(path: Path, fmt: str, opts: IngestOptions, columns: int) -> bool:
-    """Whether a file DuckDB reads as one column is a table aligned with runs of spaces."""
+def wordy(path: Path) -> bool:
+    """Whether most lines of the file hold several words (a table read as one column?)."""
+    lines = [line for line in sample_lines(path) if line.strip()]
+    return bool(lines) and sum(len(line.split()) > 1 for line in lines) * 2 > len(lines)
+
+
+#: Rows a table below a free-text preamble must show in the sample to be taken for one.
+_MIN_TABLE_LINES = 3
+
+
+def spaced(path: Path, fmt: str, opts: IngestOptions, columns: int) -> int | None:
+    """Whether a file DuckDB reads as one column is a table aligned with runs of spaces.
+
+    Returns:
+        ``None`` when it is not; else the count of non-blank lines above the table (a
+        free-text preamble, such as the description atop NIST StRD files, or the lines
+        ``--skip-rows`` names), 0 for none.
+    """
     if fmt != "csv" or opts.delimiter is not None or columns > 1:
-        return False
+        return None
     lines = sample_lines(path)
-    return space_columns(data_lines(lines, opts.comment or comment_prefix(lines))) > 0
+    given = 0
+    if opts.skip_rows is not None:
+        given = sum(1 for line in lines[: opts.skip_rows] if line.strip())
+        lines = lines[opts.skip_rows :]
+    if space_columns(data_lines(lines, opts.comment or comment_prefix(lines))) > 0:
+        return given
+    if opts.skip_rows is not None:
+        return None
+    filled = [line for line in lines if line.strip()]
+    for start in range(1, len(filled) - _MIN_TABLE_LINES + 1):
+        if space_columns(filled[start:]) > 0:
+            return start
+    return None

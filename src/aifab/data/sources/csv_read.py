@@ -21,7 +21,7 @@ import duckdb
 from aifab.core.errors import InvalidInputError
 from aifab.data import lake
 from aifab.data.quarantine import QuarantineItem
-from aifab.data.sources import csv_hints, csv_quotes
+from aifab.data.sources import csv_hints, csv_infer, csv_quotes
 from aifab.data.sources.csv_diagnose import HINTS, diagnose, refuse_if_few_kept
 from aifab.data.sources.exact_casts import INTEGERS, WIDEN_MARK, checked_expr, wider_type
 from aifab.data.sources.options import IngestOptions
@@ -51,6 +51,11 @@ class _Plan:
     #: The sniffed delimiter and comment prefix ("" for none).
     delim: str = ","
     comment: str = ""
+    #: The sniffed date and timestamp formats ("" for none).
+    dates: str = ""
+    stamps: str = ""
+    #: Lines the sniffer skipped above the table.
+    skip: int = 0
 
     def as_text(self, name: str, col_type: str) -> bool:
         """Whether column ``name`` is read as text and cast by a checked expression."""
@@ -72,11 +77,27 @@ def _auto_args(
     """``read_csv`` arguments that let DuckDB sniff, constrained by the user's options."""
     args = [lake.sql_string(str(path)), f"sample_size={opts.sample_size}"]
     header = opts.header if opts.header is not None else header
+    if header is None and opts.names:
+        header = False
     if header is not None:
         args.append(f"header={str(header).lower()}")
     delim = opts.delimiter or ("\t" if fmt == "tsv" else None)
-    named = {"delim": delim, "quote": opts.quote, "escape": opts.escape, "comment": opts.comment}
+    named = {
+        "delim": delim,
+        "quote": opts.quote,
+        "escape": opts.escape,
+        "comment": opts.comment,
+        "dateformat": opts.date_format,
+        "timestampformat": opts.timestamp_format,
+    }
     args += [f"{k}={lake.sql_string(v)}" for k, v in named.items() if v is not None]
+    if opts.skip_rows is not None:
+        args.append(f"skip={opts.skip_rows}")
+    if opts.names:
+        args.append(f"names=[{', '.join(lake.sql_string(n) for n in opts.names)}]")
+    if opts.text_columns:
+        text = ", ".join(f"{lake.sql_string(n)}: 'VARCHAR'" for n in opts.text_columns)
+        args.append(f"types={{{text}}}")
     return ", ".join(args + _read_args(opts) + [f"null_padding={str(padding).lower()}"])
 
 
@@ -142,7 +163,16 @@ def _sniff(
     ]
     dialect += [f"skip={int(skip)}", f"header={str(bool(header)).lower()}"]
     plain = {k: "" if v in (None, "(empty)") else str(v) for k, v in given.items()}
-    return _Plan(dialect, types, padding, delim=plain["delim"], comment=plain["comment"])
+    return _Plan(
+        dialect,
+        types,
+        padding,
+        delim=plain["delim"],
+        comment=plain["comment"],
+        dates=plain["dateformat"],
+        stamps=plain["timestampformat"],
+        skip=int(skip),
+    )
 
 
 def _first_plan(con: duckdb.DuckDBPyConnection, path: Path, fmt: str, opts: IngestOptions) -> _Plan:
@@ -155,12 +185,16 @@ def _first_plan(con: duckdb.DuckDBPyConnection, path: Path, fmt: str, opts: Inge
         plan = _sniff(con, path, fmt, opts, padding=False)
     except duckdb.Error:
         plan = None  # the strict sniffer found no dialect at all
-    if plan is not None and len(plan.types) > 1 and (plan.header or opts.header is not None):
+    settled = plan is not None and len(plan.types) > 1 and not plan.skip
+    if settled and plan is not None and (plan.header or opts.header is not None):
         return plan
     padded = _sniff(con, path, fmt, opts, padding=True)
     if plan is not None:
         one_column = len(plan.types) <= 1 < len(padded.types)
-        if not (one_column or padded.header):
+        # Rows of 3 and 4 fields can make the strict sniffer skip every row above the
+        # first run of 4-field rows, as if they were a preamble.
+        fewer_skipped = padded.skip < plan.skip and len(padded.types) >= len(plan.types)
+        if not (one_column or padded.header or fewer_skipped):
             return plan
     # Columns past the header that DuckDB named itself come from over-long rows; they stay
     # rejected unless most rows are that wide (see _next_plan).
@@ -169,6 +203,26 @@ def _first_plan(con: duckdb.DuckDBPyConnection, path: Path, fmt: str, opts: Inge
         while len(types) > 1 and types[-1][0] == f"column{len(types) - 1}":
             types.pop()
     return padded.but(padding=False, types=types)
+
+
+def _settle(
+    con: duckdb.DuckDBPyConnection, path: Path, opts: IngestOptions, plan: _Plan
+) -> csv_infer.Settled:
+    """Settle what the sniffed plan reads two ways (dates, booleans, a text header)."""
+    columns = ", ".join(f"{lake.sql_string(n)}: 'VARCHAR'" for n, _ in plan.types)
+    args = [
+        lake.sql_string(str(path)),
+        "auto_detect=false",
+        *plan.dialect,
+        *_read_args(opts),
+        "ignore_errors=true",
+        f"columns={{{columns}}}",
+    ]
+    sniffed = csv_infer.Sniffed(
+        plan.types, plan.header, plan.delim, plan.comment, plan.dates, plan.stamps, plan.skip
+    )
+    lines = csv_hints.sample_lines(path)
+    return csv_infer.settle(con, f"read_csv({', '.join(args)})", lines, opts, sniffed)
 
 
 def _rejects(con: duckdb.DuckDBPyConnection, table: str) -> dict[str, set[int]]:
@@ -288,7 +342,7 @@ def _read(
 
 
 def _reject_items(
-    con: duckdb.DuckDBPyConnection, table: str, source: str
+    con: duckdb.DuckDBPyConnection, table: str, source: str, strict: bool
 ) -> Iterator[QuarantineItem]:
     """One quarantine item per rejected line (of several errors on a line, the leftmost)."""
     cur = con.execute(
@@ -301,6 +355,8 @@ def _reject_items(
         for line, text, error_type, message in rows:
             rule = "csv." + str(error_type).lower().replace(" ", "_")
             hint = HINTS.get(str(error_type))
+            if strict and str(error_type) in ("MISSING COLUMNS", "TOO MANY COLUMNS"):
+                hint = ("", "without --strict: short rows are padded, extra fields named")
             yield QuarantineItem(
                 rule=rule,
                 reason=f"{message} (try {hint[1]})" if hint else str(message),
@@ -373,15 +429,27 @@ def _space_aligned(
     dest: Path,
     copy: Callable[[str], None],
     source: str,
+    skip: int,
 ) -> Staged:
-    """Read a table aligned with runs of spaces as the tab-separated text it stands for."""
+    """Read a table aligned with runs of spaces as the tab-separated text it stands for.
+
+    ``skip`` non-blank lines above the table (a free-text preamble) are left out.
+    """
     tabs = lake.staging_path(".tsv")
     try:
-        csv_hints.spaces_to_tabs(path, tabs)
-        staged = stage_csv(con, tabs, "tsv", opts, dest, copy, source)
+        comment = opts.comment or csv_hints.comment_prefix(csv_hints.sample_lines(path))
+        csv_hints.spaces_to_tabs(path, tabs, skip, comment)
+        inner = opts.model_copy(update={"skip_rows": None})
+        staged = stage_csv(con, tabs, "tsv", inner, dest, copy, source)
     finally:
         tabs.unlink(missing_ok=True)
     staged.details["delimiter"] = "spaces"
+    if skip and opts.skip_rows is None:
+        note = (
+            f"skipped {skip} line(s) of text above a table aligned with spaces "
+            "(--skip-rows N to set how many lines to skip)"
+        )
+        staged.details["inferred"] = [note, *staged.details.get("inferred", [])]
     return staged
 
 
@@ -431,12 +499,22 @@ def stage_csv(
     try:
         first = _first_plan(con, path, fmt, opts)
         hinted = csv_hints.second_opinion(path, fmt, opts, first.delim, first.comment, first.header)
+        notes: list[str] = []
         if hinted is not None:
+            if hinted.names and hinted.names[0] == csv_hints.ROW_NAME and not opts.names:
+                notes.append(
+                    "the header has one name fewer than the rows (R's write.table row names): "
+                    f"the first column is named {csv_hints.ROW_NAME!r} (--names to change)"
+                )
             opts, first = hinted, _first_plan(con, path, fmt, hinted)
-        if csv_hints.spaced(path, fmt, opts, len(first.types)):
-            return _space_aligned(con, path, opts, dest, copy, source)
+        skip = csv_hints.spaced(path, fmt, opts, len(first.types))
+        if skip is not None:
+            return _space_aligned(con, path, opts, dest, copy, source, skip)
         if _stray_quotes(first, path, opts):
             return _without_unbalanced_lines(con, path, fmt, opts, dest, copy, source)
+        settled = _settle(con, path, opts, first)
+        if settled.options is not None:
+            opts, first = settled.options, _first_plan(con, path, fmt, settled.options)
         final, table = _passes(con, path, fmt, opts, copy, dest, first)
         if _unterminated(con, table, path, opts):
             return _without_unbalanced_lines(con, path, fmt, opts, dest, copy, source)
@@ -457,10 +535,17 @@ def stage_csv(
         details["padded"] = padded
     if final.widened:
         details["widened"] = dict(final.widened)
+    if len(final.types) == 1 and csv_hints.wordy(path):
+        notes.append(
+            "read as one column of whole lines; --delimiter, or --skip-rows N above a "
+            "table, splits them into columns"
+        )
+    if notes or settled.notes:
+        details["inferred"] = notes + settled.notes
     staged = Staged(dest, source, "file", details)
     staged.rejected = rejected
     if rejected:
         shown = con.execute(f"SELECT DISTINCT line FROM {table} ORDER BY line LIMIT {_SHOWN_LINES}")
         staged.rejected_lines = tuple(int(r[0]) for r in shown.fetchall())
-        staged.rejects = _reject_items(con, table, source)
+        staged.rejects = _reject_items(con, table, source, opts.strict)
     return staged

@@ -34,6 +34,19 @@ EXTENSIONS: dict[str, FileFormat] = {
     ".feather": "arrow",
     ".arrow": "arrow",
     ".ipc": "arrow",
+    ".orc": "orc",
+    ".arff": "arff",
+}
+#: Formats people ask for that aifab does not read, and what to do instead.
+_NOT_READ = {
+    ".xml": "XML is not read: convert it to CSV or JSON Lines first "
+    "(e.g. pandas.read_xml(path).to_csv(...))",
+    ".sqlite": "SQLite databases are not read: export a table to CSV "
+    "(sqlite3 -csv -header db 'SELECT ...')",
+    ".db": "databases are not read: export a table to CSV or Parquet",
+    ".sav": "SPSS files are not read: save the data as CSV",
+    ".sas7bdat": "SAS files are not read: export the data as CSV (e.g. pandas.read_sas)",
+    ".dta": "Stata files are not read: export the data as CSV (e.g. pandas.read_stata)",
 }
 _COMPRESSION = (".gz", ".zst")
 _POLL_SECONDS = 0.1
@@ -52,7 +65,8 @@ def _text_file(path: Path, opts: IngestOptions) -> tuple[Path, str | None]:
     """The UTF-8 file DuckDB should read for ``path``, and the encoding it was converted from.
 
     A BOM or ``--encoding`` other than UTF-8 gives a transcoded copy in the workspace's
-    ``tmp/`` (a BOM wins over ``--encoding``; a gzip'd file is decompressed into the copy);
+    ``tmp/`` (a BOM wins over ``--encoding``, which wins over UTF-16 recognized by its zero
+    bytes; a gzip'd file is decompressed into the copy);
     binary content is refused instead of read as garbage.
 
     Raises:
@@ -73,7 +87,7 @@ def _text_file(path: Path, opts: IngestOptions) -> tuple[Path, str | None]:
         return out, enc
     with path.open("rb") as fh:
         head = fh.read(text_decode.HEAD_BYTES)
-    enc = text_decode.bom_encoding(head) or enc
+    enc = text_decode.bom_encoding(head) or enc or text_decode.utf16_without_bom(head)
     if enc in (None, "utf-8", "utf-8-sig"):
         at = text_decode.binary_offset(head)
         if at is not None:
@@ -152,6 +166,29 @@ def _stage_csv(
     return staged
 
 
+def _stage_arff(
+    con: duckdb.DuckDBPyConnection,
+    path: Path,
+    opts: IngestOptions,
+    dest: Path,
+    copy: Callable[[str], None],
+) -> Staged:
+    from aifab.data.sources.arff_read import arff_to_csv
+    from aifab.data.sources.csv_read import stage_csv
+
+    text = lake.staging_path(".csv")
+    try:
+        arff_to_csv(path, text)
+        csv_opts = opts.model_copy(update={"header": True, "delimiter": ",", "comment": None})
+        staged = stage_csv(con, text, "csv", csv_opts, dest, copy, str(path))
+    except UnicodeDecodeError as exc:
+        raise InvalidInputError(f"{path}: not UTF-8 text ({exc.reason})") from None
+    finally:
+        text.unlink(missing_ok=True)
+    staged.details["format"] = "arff"
+    return staged
+
+
 def stage_file(
     con: duckdb.DuckDBPyConnection,
     path: Path,
@@ -179,10 +216,13 @@ def stage_file(
         raise NotFoundError(f"{path}: no such file")
     fmt = opts.format or fmt or format_of(path.name)
     if fmt is None:
+        if path.suffix.lower() in _NOT_READ:
+            raise InvalidInputError(f"{path}: {_NOT_READ[path.suffix.lower()]}")
         known = ", ".join(sorted(EXTENSIONS))
         raise InvalidInputError(
-            f"{path}: unknown file type {path.suffix or '(no extension)'!r}; "
-            f"use one of {known} or pass --format"
+            f"{path}: unknown file type {path.suffix or '(no extension)'!r}; aifab reads "
+            f"{known}, zip/tar archives of one table, documents and images (--format csv "
+            "reads a delimited text file under another name)"
         )
     if path.stat().st_size == 0:
         raise InvalidInputError(f"{path}: file is empty")
@@ -193,7 +233,9 @@ def stage_file(
         from aifab.data.sources.json_read import stage_json
 
         return stage_json(con, path, fmt, opts, dest, copy)
-    if fmt in ("xlsx", "arrow"):
+    if fmt == "arff":
+        return _stage_arff(con, path, opts, dest, copy)
+    if fmt in ("xlsx", "arrow", "orc"):
         from aifab.data.sources.sheets import stage_table
 
         return stage_table(con, path, fmt, opts, dest)

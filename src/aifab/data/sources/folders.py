@@ -253,3 +253,13 @@ def stage_images(root: Path, dest: Path) -> Staged:
         raise InvalidInputError(f"{root}: none of the {len(paths)} image files could be read")
     details = {"files": rows, **_skipped(root, paths)}
     return Staged(dest, str(root), "images", details, rejected=len(bad), rejects=bad)
+
+
+def stage_image_file(path: Path, dest: Path) -> Staged:
+    """The one-row image table of a single image file; one Pillow cannot read is refused."""
+    path = path.resolve()
+    bad: list[QuarantineItem] = []
+    rows = write_rows(_image_rows(path.parent, [path], bad), _image_schema(), dest)
+    if rows == 0:
+        raise InvalidInputError(f"{path}: not a readable image ({bad[0].reason})")
+    return Staged(dest, str(path), "images", {"files": 1})

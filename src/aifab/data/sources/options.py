@@ -8,7 +8,7 @@ from pydantic import Field
 
 from aifab.core.config import StrictConfig
 
-FileFormat = Literal["csv", "tsv", "jsonl", "json", "parquet", "xlsx", "arrow"]
+FileFormat = Literal["csv", "tsv", "jsonl", "json", "parquet", "xlsx", "arrow", "orc", "arff"]
 
 
 class IngestOptions(StrictConfig):
@@ -36,6 +36,32 @@ class IngestOptions(StrictConfig):
     escape: str | None = Field(
         None, max_length=1, description="CSV escape character (default sniffed)."
     )
+    skip_rows: int | None = Field(
+        None,
+        ge=0,
+        description="CSV lines above the table to skip, e.g. a free-text preamble "
+        "(default: sniffed).",
+    )
+    names: list[str] | None = Field(
+        None,
+        min_length=1,
+        description="CSV column names, for a file whose first line is data (implies no header).",
+    )
+    text_columns: list[str] = Field(
+        default_factory=list,
+        description="CSV columns kept as text, never read as numbers, dates or booleans.",
+    )
+    date_format: str | None = Field(
+        None, min_length=1, description="strptime format of CSV dates, e.g. '%m/%d/%y'."
+    )
+    timestamp_format: str | None = Field(
+        None, min_length=1, description="strptime format of CSV timestamps."
+    )
+    dayfirst: bool | None = Field(
+        None,
+        description="CSV dates like 1/2/85 are day first (default: month first unless a "
+        "value such as 13/2/85 shows day first).",
+    )
     decimal: Literal[".", ","] = Field(".", description="Decimal separator of CSV numbers.")
     max_line_size: int | None = Field(
         None, ge=1, description="Longest CSV line in bytes (DuckDB's default: 2,000,000)."
@@ -47,7 +73,8 @@ class IngestOptions(StrictConfig):
     )
     strict: bool = Field(
         False,
-        description="Quarantine short CSV rows instead of padding them, and never widen types.",
+        description="Quarantine short CSV rows instead of padding them, never widen types, and "
+        "keep as text values that read two ways (Yes/No, dates like 1/2/85).",
     )
     min_kept_share: float = Field(
         0.5,

@@ -94,7 +94,7 @@ def _sheet_table(path: Path, opts: IngestOptions) -> Any:
 def stage_table(
     con: duckdb.DuckDBPyConnection, path: Path, fmt: str, opts: IngestOptions, dest: Path
 ) -> Staged:
-    """Stage an ``xlsx`` sheet or an ``arrow`` (IPC file/stream, Feather) file as Parquet.
+    """Stage an ``xlsx`` sheet, an ``arrow`` (IPC file/stream, Feather) or ``orc`` file as Parquet.
 
     Raises:
         InvalidInputError: a file that is not a workbook or Arrow file, or a missing sheet.
@@ -108,11 +108,11 @@ def stage_table(
         pq.write_table(table, dest, compression="zstd")
         return Staged(dest, str(path), "file", {"format": fmt, "sheet": sheet})
     try:
-        source = ds.dataset(path, format="ipc")
+        source = ds.dataset(path, format="orc" if fmt == "orc" else "ipc")
         con.register("__aifab_arrow", source)
         lake.copy_to_parquet(con, "SELECT * FROM __aifab_arrow", dest)
     except (pa.ArrowInvalid, OSError, duckdb.Error) as exc:
-        raise InvalidInputError(f"{path}: cannot read as arrow: {first_line(exc)}") from None
+        raise InvalidInputError(f"{path}: cannot read as {fmt}: {first_line(exc)}") from None
     finally:
         con.unregister("__aifab_arrow")
     return Staged(dest, str(path), "file", {"format": fmt})

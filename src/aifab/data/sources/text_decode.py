@@ -40,6 +40,28 @@ def bom_encoding(head: bytes) -> str | None:
     return None
 
 
+def utf16_without_bom(head: bytes) -> str | None:
+    """``utf-16-le``/``utf-16-be`` when ``head`` is mostly ASCII in UTF-16 without a BOM.
+
+    Such text has a zero byte in every other position (after each character in
+    little-endian, before it in big-endian) and none in the others.
+    """
+    even, odd = head[0:4096:2], head[1:4096:2]
+    if len(odd) < 2:
+        return None
+    zeros_even, zeros_odd = even.count(0) / len(even), odd.count(0) / len(odd)
+    if zeros_odd > 0.7 and zeros_even < 0.05:
+        return "utf-16-le"
+    if zeros_even > 0.7 and zeros_odd < 0.05:
+        return "utf-16-be"
+    return None
+
+
+def detected(head: bytes) -> str | None:
+    """The encoding the bytes themselves show: a BOM's, or UTF-16 without one."""
+    return bom_encoding(head) or utf16_without_bom(head)
+
+
 def html_charset(head: bytes) -> str | None:
     """The charset an HTML ``<meta charset>``/``http-equiv`` declaration names, or ``None``."""
     found = _CHARSET.search(head)
@@ -78,18 +100,20 @@ def _where(exc: UnicodeDecodeError, base: int) -> str:
 def decode(raw: bytes, encoding: str | None, *, html: bool = False) -> tuple[str, str]:
     """Decode a whole document strictly; return ``(text, encoding used)``.
 
-    The encoding is a BOM's, else an HTML charset declaration's (``html=True``), else UTF-8
-    when the bytes are valid UTF-8, else ``encoding``: a given encoding is the fallback for
-    the files that say nothing and are not UTF-8, so one folder may mix encodings.
+    The encoding is a BOM's (or UTF-16 without a BOM), else an HTML charset declaration's
+    (``html=True``), else UTF-8 when the bytes are valid UTF-8 text, else ``encoding``: a
+    given encoding is the fallback for the files that say nothing and are not UTF-8, so one
+    folder may mix encodings.
 
     Raises:
         UndecodableError: binary content, or bytes that are not valid in that encoding.
     """
-    enc = bom_encoding(raw) or (html_charset(raw[:HEAD_BYTES]) if html else None)
+    enc = detected(raw[:HEAD_BYTES]) or (html_charset(raw[:HEAD_BYTES]) if html else None)
     if enc is None and encoding not in (None, "utf-8"):
         try:
             raw.decode("utf-8")
-            enc = "utf-8"
+            # NUL bytes are valid UTF-8, but such "text" is in the given encoding.
+            enc = "utf-8" if binary_offset(raw[:HEAD_BYTES]) is None else encoding
         except UnicodeDecodeError:
             enc = encoding
     enc = enc or "utf-8"
