@@ -68,7 +68,7 @@ def verify_audit(anchors: Path | None = None) -> ChainReport:
     Args:
         anchors: an exported anchor file to check too (see :func:`aifab.core.audit.write_anchor`).
     """
-    with session_scope() as s:
+    with session_scope(readonly=True) as s:
         return verify_chain(s, anchors)
 
 
@@ -97,7 +97,7 @@ def audit_events(
         before: only events with a smaller id (the page after the one ending there).
         after: only the oldest events with a larger id (the page before the one starting there).
     """
-    with session_scope() as s:
+    with session_scope(readonly=True) as s:
         return [
             {
                 "id": e.id,
