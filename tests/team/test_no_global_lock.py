@@ -14,6 +14,7 @@ import textwrap
 
 import pytest
 from sqlalchemy import select
+from sqlalchemy.exc import DBAPIError
 
 from aifab.core.db import lock_aggregate, session_scope
 from aifab.jobs import service
@@ -98,3 +99,17 @@ def test_open_write_transaction_holds_up_no_unrelated_process(db_url: str) -> No
         _run_other(held, other, secret)
     assert service.get_job(held)["reason"] == "held by the test"
     assert service.get_job(other)["state"] == "cancelled"
+
+
+def test_read_only_session_refuses_a_write_on_postgresql(db_url: str) -> None:
+    if not db_url.startswith("postgresql"):
+        pytest.skip("SQLite's deferred transactions are not marked read-only")
+    held, _, _ = _jobs()
+    with (
+        pytest.raises(DBAPIError, match="read-only transaction"),
+        session_scope(readonly=True) as s,
+    ):
+        row = s.get(JobRow, held)
+        assert row is not None
+        row.reason = "written by mistake"
+    assert service.get_job(held)["reason"] != "written by mistake"

@@ -32,6 +32,7 @@ VERSION_TABLE = "aifab_schema_version"
 _READONLY = "aifab_readonly"
 
 _engines: dict[str, Engine] = {}
+_readers: dict[Engine, Engine] = {}  # the same engines (and pools), marked read-only
 _ready: set[str] = set()
 _lock = threading.Lock()
 
@@ -123,6 +124,7 @@ def reset_engines() -> None:
         for engine in _engines.values():
             engine.dispose()
         _engines.clear()
+        _readers.clear()
         _ready.clear()
 
 
@@ -137,7 +139,10 @@ def session_scope(url: str | None = None, *, readonly: bool = False) -> Iterator
     """
     engine = get_engine(url)
     if readonly:
-        engine = engine.execution_options(**{_READONLY: True})
+        reader = _readers.get(engine)
+        if reader is None:
+            reader = _readers[engine] = engine.execution_options(**{_READONLY: True})
+        engine = reader
     factory = sessionmaker(bind=engine, expire_on_commit=False)
     session = factory()
     try:
