@@ -25,7 +25,7 @@ from aifab.agents.trace_writer import trace_writer
 from aifab.core.actor import current_actor
 from aifab.core.audit import record_event
 from aifab.core.config import parse_config
-from aifab.core.db import session_scope
+from aifab.core.db import lock_aggregate, session_scope
 from aifab.core.errors import InvalidInputError, NotFoundError
 from aifab.core.ids import new_id
 
@@ -73,6 +73,7 @@ def create_agent(raw: dict[str, Any]) -> dict[str, Any]:
     data = spec.model_dump(mode="json")
     now = time.time()
     with session_scope() as s:
+        lock_aggregate(s, "agent", spec.name)  # its version counts up, from the first create
         row = s.get(AgentRow, spec.name)
         if row is None:
             row = AgentRow(name=spec.name, spec=data, version=1, created_by=current_actor())
@@ -89,7 +90,7 @@ def create_agent(raw: dict[str, Any]) -> dict[str, Any]:
 
 def get_agent(name: str) -> dict[str, Any]:
     """One agent's definition and version."""
-    with session_scope() as s:
+    with session_scope(readonly=True) as s:
         row = s.get(AgentRow, name)
         if row is None:
             raise NotFoundError(f"no agent named {name!r} (aifab agents list)")
@@ -98,7 +99,7 @@ def get_agent(name: str) -> dict[str, Any]:
 
 def list_agents() -> list[dict[str, Any]]:
     """Every agent, by name."""
-    with session_scope() as s:
+    with session_scope(readonly=True) as s:
         return [_agent_dict(r) for r in s.scalars(select(AgentRow).order_by(AgentRow.name))]
 
 
@@ -335,13 +336,13 @@ def list_runs(agent: str | None = None, limit: int = 50, offset: int = 0) -> lis
     )
     if agent:
         query = query.where(AgentRunRow.agent == agent)
-    with session_scope() as s:
+    with session_scope(readonly=True) as s:
         return [_run_dict(r) for r in s.scalars(query)]
 
 
 def get_trace(run_id: str) -> dict[str, Any]:
     """A run with every step, in order."""
-    with session_scope() as s:
+    with session_scope(readonly=True) as s:
         row = s.get(AgentRunRow, run_id)
         if row is None:
             raise NotFoundError(f"no agent run {run_id!r} (aifab agents runs)")

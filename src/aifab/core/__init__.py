@@ -116,7 +116,7 @@ def verify_audit(anchors: Path | None = None) -> ChainReport:
     from aifab.core.audit import verify_chain
     from aifab.core.db import session_scope
 
-    with session_scope() as s:
+    with session_scope(readonly=True) as s:
         return verify_chain(s, anchors)
 
 
@@ -148,7 +148,7 @@ def audit_events(
     from aifab.core.audit import list_events
     from aifab.core.db import session_scope
 
-    with session_scope() as s:
+    with session_scope(readonly=True) as s:
         return [
             {
                 "id": e.id,

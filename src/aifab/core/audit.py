@@ -1,9 +1,11 @@
 """The audit primitive: an append-only, hash-chained log of every mutating service call.
 
-Each event stores the previous event's hash; ``prev_hash`` is unique, so two writers racing for
-the same chain position cannot both win (the loser retries). Event hashes are HMACs under a key
-kept outside the DB (:mod:`aifab.core.audit_keys`), so a DB writer cannot recompute them after
-an edit; events from before keying keep their unkeyed SHA-256 and must form the chain's prefix.
+Each event stores the previous event's hash. Appending takes the chain's lock
+(:func:`~aifab.core.db.lock_aggregate`, held to the caller's commit, so appends come last in a
+transaction); ``prev_hash`` is also unique, so two writers can never both take a chain
+position. Event hashes are HMACs under a key kept outside the DB (:mod:`aifab.core.audit_keys`),
+so a DB writer cannot recompute them after an edit; events from before keying keep their
+unkeyed SHA-256 and must form the chain's prefix.
 Every :data:`ANCHOR_EVERY` events (and on ``aifab audit anchor``) the head is appended to an
 anchor file; :func:`verify_chain` checks links, hashes, the head record and every anchor.
 """
@@ -31,7 +33,7 @@ from aifab.core.audit_keys import (
     read_anchors,
     read_own_anchors,
 )
-from aifab.core.db import Base, session_scope
+from aifab.core.db import Base, lock_aggregate, session_scope
 from aifab.core.ids import canonical_json, digest
 
 GENESIS = "0" * 64
@@ -132,7 +134,7 @@ def write_anchor(path: Path | None = None) -> dict[str, Any]:
     Returns:
         The anchor written (``count``, ``hash``, ``unkeyed``, ``ts``, ``mac``).
     """
-    with session_scope() as s:
+    with session_scope(readonly=True) as s:
         head = s.get(AuditHead, HEAD)
         count, head_hash = (head.count, head.hash) if head else (0, GENESIS)
         key = load_key(create_with_unkeyed=count)
@@ -164,7 +166,9 @@ def record_event(
         obj: what was acted on, e.g. ``dataset:iris@3``.
         params: the call's parameters; only their digest is stored.
     """
-    head = session.get(AuditHead, HEAD)
+    lock_aggregate(session, "audit", "chain")
+    # Re-read after the lock: the head another writer committed while this one waited.
+    head = session.get(AuditHead, HEAD, populate_existing=True)
     prev = head.hash if head else GENESIS
     key = load_key(create_with_unkeyed=head.count if head else 0)
     ts = time.time()

@@ -1,13 +1,18 @@
 """The metadata DB: one SQLAlchemy engine per URL, sessions, and schema migration on first use.
 
-SQLite (the default) runs in WAL mode with ``BEGIN IMMEDIATE`` transactions so concurrent
-processes queue for the write lock instead of failing; on PostgreSQL every transaction takes
-one advisory lock at BEGIN for the same serial order.
+There is no global lock. Reads never wait for writers: :func:`session_scope` with
+``readonly=True`` begins a deferred transaction on SQLite (a WAL snapshot) and a ``READ ONLY``
+one on PostgreSQL (MVCC). Writers on SQLite still begin with ``BEGIN IMMEDIATE`` (one writer at
+a time per file, queued rather than failing); on PostgreSQL writers run concurrently and each
+invariant is kept by a lock on what is contended: :func:`lock_aggregate` (an advisory lock
+keyed by the aggregate, e.g. one dataset's version numbers or the audit chain), row locks,
+unique constraints and atomic ``UPDATE ... SET n = n + x`` (docs/architecture.md lists which).
 """
 
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import os
 import threading
 from collections.abc import Iterator
@@ -22,10 +27,11 @@ from aifab.core.schema_version import SCHEMA_REVISION as SCHEMA_REVISION
 from aifab.core.schema_version import VERSION_TABLE as VERSION_TABLE
 from aifab.core.settings import get_settings
 
-#: PostgreSQL advisory lock every aifab transaction holds (any fixed 64-bit number).
-TXN_LOCK_KEY = 0x616966616254584E
+#: Execution option marking a read-only session's connection (see :func:`session_scope`).
+_READONLY = "aifab_readonly"
 
 _engines: dict[str, Engine] = {}
+_readers: dict[Engine, Engine] = {}  # the same engines (and pools), marked read-only
 _ready: set[str] = set()
 _lock = threading.Lock()
 
@@ -46,7 +52,16 @@ def _sqlite_pragmas(dbapi_conn: Any, _record: Any) -> None:
 
 
 def _sqlite_begin(conn: Any) -> None:
-    conn.exec_driver_sql("BEGIN IMMEDIATE")
+    # Writers take the write lock at BEGIN, so two never both read and then fail to upgrade;
+    # readers begin deferred: a WAL snapshot that neither waits for nor blocks a writer.
+    readonly = conn.get_execution_options().get(_READONLY, False)
+    conn.exec_driver_sql("BEGIN" if readonly else "BEGIN IMMEDIATE")
+
+
+def _postgresql_begin(conn: Any) -> None:
+    # A read-only session that writes by mistake fails loudly instead of racing writers.
+    if conn.get_execution_options().get(_READONLY, False):
+        conn.exec_driver_sql("SET TRANSACTION READ ONLY")
 
 
 def _create_private(path: Path) -> None:
@@ -69,15 +84,8 @@ def _make_engine(url: str) -> Engine:
         return engine
     engine = create_engine(url, pool_pre_ping=True)
     if engine.dialect.name == "postgresql":
-        event.listen(engine, "begin", _serialize_begin)
+        event.listen(engine, "begin", _postgresql_begin)
     return engine
-
-
-def _serialize_begin(conn: Any) -> None:
-    # aifab's invariants (one attempt per job, the audit chain, dataset versions) rest on
-    # writers taking turns, as SQLite's BEGIN IMMEDIATE makes them. On PostgreSQL every
-    # transaction takes one advisory lock, held to its commit or rollback, for the same order.
-    conn.exec_driver_sql(f"SELECT pg_advisory_xact_lock({TXN_LOCK_KEY})")
 
 
 def get_engine(url: str | None = None) -> Engine:
@@ -115,13 +123,26 @@ def reset_engines() -> None:
         for engine in _engines.values():
             engine.dispose()
         _engines.clear()
+        _readers.clear()
         _ready.clear()
 
 
 @contextlib.contextmanager
-def session_scope(url: str | None = None) -> Iterator[Session]:
-    """A transaction: commit on success, roll back on error."""
-    factory = sessionmaker(bind=get_engine(url), expire_on_commit=False)
+def session_scope(url: str | None = None, *, readonly: bool = False) -> Iterator[Session]:
+    """A transaction: commit on success, roll back on error.
+
+    Args:
+        url: the DB (default: the configured metadata DB).
+        readonly: a transaction that only reads: it never waits for writers nor they for it
+            (deferred on SQLite, ``READ ONLY`` on PostgreSQL, where a write in it fails).
+    """
+    engine = get_engine(url)
+    if readonly:
+        reader = _readers.get(engine)
+        if reader is None:
+            reader = _readers[engine] = engine.execution_options(**{_READONLY: True})
+        engine = reader
+    factory = sessionmaker(bind=engine, expire_on_commit=False)
     session = factory()
     try:
         yield session
@@ -131,3 +152,30 @@ def session_scope(url: str | None = None) -> Iterator[Session]:
         raise
     finally:
         session.close()
+
+
+def aggregate_key(kind: str, key: str) -> int:
+    """The signed 64-bit advisory-lock number of one aggregate (stable across processes)."""
+    raw = hashlib.blake2b(f"aifab:{kind}:{key}".encode(), digest_size=8).digest()
+    return int.from_bytes(raw, "big", signed=True)
+
+
+def lock_aggregate(session: Session, kind: str, key: str, *, shared: bool = False) -> None:
+    """Hold one aggregate's lock until ``session`` commits or rolls back.
+
+    Writers of the same aggregate (``("dataset", name)``, ``("audit", "chain")``...) take turns
+    from here on; other writers and every reader go on. On PostgreSQL this is a transaction-level
+    advisory lock; on SQLite a no-op, since ``BEGIN IMMEDIATE`` already lets one writer in at a
+    time. Take aggregate locks before the audit chain's (audit events are appended last), so
+    two transactions never wait for each other's.
+
+    Args:
+        session: the writing transaction.
+        kind: what sort of aggregate (``dataset``, ``job-plan``, ``audit``...).
+        key: which one.
+        shared: a shared hold: many shared holders go together, an exclusive one waits for all.
+    """
+    if session.get_bind().dialect.name != "postgresql":
+        return
+    fn = "pg_advisory_xact_lock_shared" if shared else "pg_advisory_xact_lock"
+    session.execute(text(f"SELECT {fn}(:key)"), {"key": aggregate_key(kind, key)})

@@ -257,7 +257,7 @@ def _write_arrow(select: str, tmp: Path) -> None:
 
 def lineage(ref: str, depth: int = 50) -> dict[str, Any]:
     """The ancestry and descendants of a version: nodes (versions) and edges (parent -> child)."""
-    with session_scope() as s:
+    with session_scope(readonly=True) as s:
         root = resolve_in(s, parse_ref(ref))
         nodes: dict[int, dict[str, Any]] = {}
         edges: set[tuple[int, int]] = set()

@@ -21,7 +21,7 @@ from sqlalchemy.orm import Session
 
 from aifab.core.actor import current_actor
 from aifab.core.audit import record_event
-from aifab.core.db import session_scope
+from aifab.core.db import lock_aggregate, session_scope
 from aifab.core.errors import InvalidInputError, NotFoundError
 from aifab.data import lake
 from aifab.data.profile import profile_relation
@@ -138,13 +138,13 @@ def resolve_in(session: Session, ref: str | DatasetRef) -> VersionInfo:
 
 def resolve(ref: str | DatasetRef) -> VersionInfo:
     """Resolve ``NAME`` or ``NAME@VERSION`` to a version; :class:`NotFoundError` if absent."""
-    with session_scope() as s:
+    with session_scope(readonly=True) as s:
         return resolve_in(s, ref)
 
 
 def list_versions(name: str) -> list[VersionInfo]:
     """All versions of a dataset, oldest first."""
-    with session_scope() as s:
+    with session_scope(readonly=True) as s:
         ds = _dataset(s, name)
         rows = s.scalars(
             select(VersionRow).where(VersionRow.dataset_id == ds.id).order_by(VersionRow.version)
@@ -172,7 +172,7 @@ def list_version_summaries(name: str, *, offset: int = 0, limit: int = 50) -> li
     """
     if offset < 0 or limit < 1:
         raise InvalidInputError(f"offset must be >= 0 and limit >= 1 (got {offset}, {limit})")
-    with session_scope() as s:
+    with session_scope(readonly=True) as s:
         ds = _dataset(s, name)
         rows = s.execute(
             select(
@@ -213,7 +213,7 @@ def list_datasets(*, offset: int = 0, limit: int | None = None) -> list[dict[str
         offset: datasets to skip (in name order).
         limit: at most this many datasets (None: all).
     """
-    with session_scope() as s:
+    with session_scope(readonly=True) as s:
         latest = (
             select(
                 VersionRow.dataset_id,
@@ -278,10 +278,14 @@ def _record(
     description: str,
     on_record: OnRecord | None = None,
 ) -> CommitResult:
-    """Insert the version row (retrying if a concurrent writer took the number)."""
+    """Insert the version row under the dataset's lock.
+
+    A unique-key clash (two first commits of a new dataset racing for its name) is retried.
+    """
     for attempt in range(50):
         try:
             with session_scope() as s:
+                lock_aggregate(s, "dataset", name)  # committers of one dataset take turns
                 found = _existing(s, name, content_hash)
                 if found is not None:
                     return CommitResult(found, created=False)
@@ -372,7 +376,7 @@ def commit_staged(
     con = con or lake.connect()
     obj_digest = lake.content_hash(con, [staged])
     digest = obj_digest if base is None else lake.combine_hashes([base.content_hash, obj_digest])
-    with session_scope() as s:
+    with session_scope(readonly=True) as s:
         found = _existing(s, name, digest)
     if found is not None:
         if lake.object_key(obj_digest) in found.objects:
@@ -411,7 +415,7 @@ def commit_staged(
 
 def _next_version(name: str) -> int:
     """The number the next version of ``name`` gets unless a concurrent writer takes it."""
-    with session_scope() as s:
+    with session_scope(readonly=True) as s:
         top = s.scalar(
             select(func.max(VersionRow.version))
             .join(DatasetRow, DatasetRow.id == VersionRow.dataset_id)

@@ -80,8 +80,9 @@ def _apply(row: DeploymentRow, s: dict[str, Any]) -> None:
     row.max_wait_ms, row.backend, row.options = s["max_wait_ms"], s["backend"], s["options"]
 
 
-def _get(session: Any, name: str) -> DeploymentRow:
-    row = session.get(DeploymentRow, name)
+def _get(session: Any, name: str, *, lock: bool = False) -> DeploymentRow:
+    """The deployment; ``lock`` holds its row to commit (changes bump its generation)."""
+    row = session.get(DeploymentRow, name, with_for_update=lock or None)
     if row is None:
         have = ", ".join(session.scalars(select(DeploymentRow.name).order_by(DeploymentRow.name)))
         raise NotFoundError(f"no deployment {name!r} (deployments: {have or 'none'})")
@@ -167,7 +168,7 @@ def update_deployment(name: str, **changes: Any) -> dict[str, Any]:
     elif "canary" in changes and "canary_weight" not in changes:
         changes["canary_weight"] = 0.0  # removing the canary removes its traffic share
     with session_scope() as s:
-        row = _get(s, name)
+        row = _get(s, name, lock=True)
         current = _settings(row)
         wanted = check_settings({**current, **changes})
         if wanted == current:
@@ -237,7 +238,7 @@ def promote_canary(name: str, *, force: bool = False) -> dict[str, Any]:
     """
     from aifab.track.registry import parse_ref, resolve_model, set_alias
 
-    with session_scope() as s:
+    with session_scope(readonly=True) as s:
         row = _get(s, name)
         primary, canary = row.model_ref, row.canary_ref
     if canary is None:
@@ -256,7 +257,7 @@ def promote_canary(name: str, *, force: bool = False) -> dict[str, Any]:
             moved = set_alias(p_name, p_sel, c["version"])
             new_primary = primary
     with session_scope() as s:
-        row = _get(s, name)
+        row = _get(s, name, lock=True)
         settings = {**_settings(row), "model": new_primary, "canary": None, "canary_weight": 0.0}
         _bump(row, settings)
         params = {"from": primary, "to": canary, "alias_moved": moved is not None}
@@ -275,7 +276,7 @@ def rollback_canary(name: str) -> dict[str, Any]:
         ConflictError: the deployment has no canary; NotFoundError: no such deployment.
     """
     with session_scope() as s:
-        row = _get(s, name)
+        row = _get(s, name, lock=True)
         if row.canary_ref is None:
             raise ConflictError(f"deployment {name!r} has no canary to roll back")
         dropped = row.canary_ref
@@ -291,20 +292,20 @@ def delete_deployment(name: str) -> None:
         NotFoundError: no such deployment.
     """
     with session_scope() as s:
-        row = _get(s, name)
+        row = _get(s, name, lock=True)
         record_event(s, "deployment.delete", f"deployment:{name}", _settings(row))
         s.delete(row)
 
 
 def get_deployment(name: str) -> dict[str, Any]:
     """One deployment. Raises NotFoundError when there is none of that name."""
-    with session_scope() as s:
+    with session_scope(readonly=True) as s:
         return _to_dict(_get(s, name))
 
 
 def list_deployments() -> list[dict[str, Any]]:
     """Every deployment, by name."""
-    with session_scope() as s:
+    with session_scope(readonly=True) as s:
         rows = s.scalars(select(DeploymentRow).order_by(DeploymentRow.name))
         return [_to_dict(r) for r in rows]
 
@@ -332,7 +333,7 @@ def report_status(
     if status not in STATUSES:
         raise InvalidInputError(f"status {status!r}: use one of {', '.join(STATUSES)}")
     with session_scope() as s:
-        row = s.get(DeploymentRow, name)
+        row = s.get(DeploymentRow, name, with_for_update=True)
         if row is None or row.generation != generation:
             return False
         row.status, row.status_reason = status, reason

@@ -19,7 +19,7 @@ from typing import Any
 
 from sqlalchemy import insert, select
 
-from aifab.core.db import session_scope
+from aifab.core.db import lock_aggregate, session_scope
 from aifab.core.errors import InvalidInputError
 from aifab.inference.log_records import fit_records
 from aifab.inference.tables import RequestLogRow
@@ -212,6 +212,9 @@ class RequestLogger:
             return
         try:
             with session_scope() as s:
+                # The cost collector reads past a cursor on the id: it waits for this insert,
+                # so ids it has passed are never committed after it (see ops.cost.ledger).
+                lock_aggregate(s, "cost-source", "request_log", shared=True)
                 s.execute(insert(RequestLogRow), rows)
         except Exception:  # noqa: BLE001 - logging must never take serving down
             log.exception("could not write %d request log entries", len(rows))
@@ -228,7 +231,7 @@ def recent_requests(deployment: str | None = None, limit: int = 100) -> list[dic
     q = select(RequestLogRow).order_by(RequestLogRow.id.desc()).limit(limit)
     if deployment:
         q = q.where(RequestLogRow.deployment == deployment)
-    with session_scope() as s:
+    with session_scope(readonly=True) as s:
         return [
             {
                 "id": r.id,

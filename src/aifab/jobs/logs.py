@@ -74,7 +74,7 @@ def log_path(job_id: str, attempt: int, replica: int = 0) -> Path:
 
 
 def _job_state(job_id: str, replica: int) -> tuple[str, int]:
-    with session_scope() as s:
+    with session_scope(readonly=True) as s:
         row = s.execute(
             select(JobRow.state, JobRow.attempt, JobRow.spec).where(JobRow.id == job_id)
         ).first()

@@ -16,7 +16,7 @@ from typing import Any
 from sqlalchemy import select, update
 from sqlalchemy.orm import Session
 
-from aifab.core.db import session_scope
+from aifab.core.db import lock_aggregate, session_scope
 from aifab.core.ids import new_id
 from aifab.jobs.executors.base import AttemptStatus
 from aifab.jobs.policy import JobRequest, Node, Policy, QueuePolicy, RunningJob, schedule
@@ -105,10 +105,14 @@ def heartbeat(worker_id: str, lease_s: float) -> None:
         w = s.get(WorkerRow, worker_id)
         if w is not None:
             w.heartbeat_at, w.state = now, "alive"
-        for job in s.scalars(
-            select(JobRow).where(JobRow.worker_id == worker_id, JobRow.state == "running")
-        ):
-            job.lease_until = now + lease_s
+        # One conditional UPDATE, not read-then-write: a job that recover_lost() or finish()
+        # took from this worker meanwhile keeps no lease (PostgreSQL rechecks the WHERE).
+        s.execute(
+            update(JobRow)
+            .where(JobRow.worker_id == worker_id, JobRow.state == "running")
+            .values(lease_until=now + lease_s)
+            .execution_options(synchronize_session=False)
+        )
 
 
 def retire_worker(worker_id: str) -> None:
@@ -187,12 +191,17 @@ def plan(
     now = time.time()
     claims: list[Claim] = []
     with session_scope() as s:
+        # Planners of one executor take turns (one sees the other's claims and the capacity
+        # they use); the pending rows they claim stay locked to commit, so a cancel cannot
+        # slip in between. Rows another transaction holds wait for the next cycle.
+        lock_aggregate(s, "job-plan", executor)
         pending_rows = list(
             s.scalars(
                 select(JobRow)
                 .where(JobRow.state == "pending", JobRow.executor == executor)
                 .order_by(JobRow.priority.desc(), JobRow.submitted_at)
                 .limit(_PENDING_WINDOW)
+                .with_for_update(skip_locked=True)
             )
         )
         if not pending_rows:
@@ -221,10 +230,12 @@ def plan(
             starts = [(st.job_id, st.nodes, st.preempt) for st in decision.starts]
             waiting = dict(decision.waiting)
             for victim_id, why in decision.preempted.items():
-                victim = s.get(JobRow, victim_id)
+                victim = s.get(JobRow, victim_id, with_for_update=True, populate_existing=True)
                 if victim is not None and victim.state == "running" and not victim.stop_request:
                     victim.stop_request, victim.reason = "preempt", why
                     add_event(s, victim_id, "preempting", why)
+        if starts:  # new attempt ids: the cost collector's cursor waits for them to commit
+            lock_aggregate(s, "cost-source", "attempts", shared=True)
         for job_id, placed, victims in starts:
             row = by_id[job_id]
             if victims:
@@ -329,7 +340,7 @@ def finish(
     """
     now = time.time()
     with session_scope() as s:
-        job = s.get(JobRow, job_id)
+        job = s.get(JobRow, job_id, with_for_update=True)  # vs. cancel, recovery, planning
         att = s.scalar(
             select(AttemptRow).where(AttemptRow.job_id == job_id, AttemptRow.number == attempt)
         )
@@ -400,8 +411,14 @@ def recover_lost(reap: Callable[[dict[str, Any]], None] | None = None) -> list[s
     now = time.time()
     recovered = []
     with session_scope() as s:
+        # Locked, and rechecked by PostgreSQL after any wait: a heartbeat that renewed the
+        # lease, or a finish() that closed the job, meanwhile takes it out of the set.
         rows = list(
-            s.scalars(select(JobRow).where(JobRow.state == "running", JobRow.lease_until < now))
+            s.scalars(
+                select(JobRow)
+                .where(JobRow.state == "running", JobRow.lease_until < now)
+                .with_for_update(skip_locked=True)
+            )
         )
         for job in rows:
             att = s.scalar(

@@ -36,8 +36,18 @@ def add_event(session: Session, job_id: str, kind: str, message: str = "") -> No
     session.add(JobEventRow(job_id=job_id, ts=time.time(), kind=kind, message=message))
 
 
-def _queue(session: Session, name: str) -> QueueRow:
-    q = session.get(QueueRow, name)
+def _queue(session: Session, name: str, lock: str | None = None) -> QueueRow:
+    """The queue row, locked to commit if asked.
+
+    ``lock="share"`` keeps it from being deleted or changed (submitting to it);
+    ``lock="update"`` waits for those submitters (deleting it).
+    """
+    q = session.get(
+        QueueRow,
+        name,
+        with_for_update={"read": lock == "share"} if lock else None,
+        populate_existing=lock is not None,
+    )
     if q is None:
         known = ", ".join(session.scalars(select(QueueRow.name).order_by(QueueRow.name)))
         raise NotFoundError(f"queue {name!r} does not exist (queues: {known})")
@@ -83,7 +93,7 @@ def submit(spec: JobSpec | Path | str | Mapping[str, Any]) -> dict[str, Any]:
         job = job.model_copy(update={"workdir": os.getcwd()})
     check_admission(job)
     with session_scope() as s:
-        _check_fits(job, _queue(s, job.queue))
+        _check_fits(job, _queue(s, job.queue, lock="share"))
         row = JobRow(
             id=new_id("job"),
             name=job.name,
@@ -130,8 +140,10 @@ def job_dict(row: JobRow) -> dict[str, Any]:
     }
 
 
-def _job(session: Session, job_id: str) -> JobRow:
-    row = session.get(JobRow, complete_id(session, JobRow.id, job_id, "job"))
+def _job(session: Session, job_id: str, *, lock: bool = False) -> JobRow:
+    """The job (a unique id prefix names it); ``lock`` holds its row until commit."""
+    full = complete_id(session, JobRow.id, job_id, "job")
+    row = session.get(JobRow, full, with_for_update=lock or None, populate_existing=lock)
     if row is None:
         raise NotFoundError(f"job {job_id!r} not found (see 'aifab job list')")
     return row
@@ -141,7 +153,7 @@ def list_jobs(
     state: str | None = None, queue: str | None = None, limit: int = 100, offset: int = 0
 ) -> list[dict[str, Any]]:
     """Jobs, newest first, optionally filtered by state and queue; ``offset`` skips the newest."""
-    with session_scope() as s:
+    with session_scope(readonly=True) as s:
         # Ids first, then their rows: sorting whole rows (specs, usage) of a long history
         # costs ten times more than sorting (time, id) pairs.
         q = select(JobRow.id).order_by(JobRow.submitted_at.desc(), JobRow.id.desc())
@@ -157,7 +169,7 @@ def list_jobs(
 
 def get_job(job_id: str) -> dict[str, Any]:
     """One job with its attempts and events (a pending job's ``reason`` says why it waits)."""
-    with session_scope() as s:
+    with session_scope(readonly=True) as s:
         row = _job(s, job_id)
         job_id = row.id  # what the caller typed may be a prefix
         out = job_dict(row)
@@ -189,7 +201,7 @@ def get_job(job_id: str) -> dict[str, Any]:
 def cancel(job_id: str) -> dict[str, Any]:
     """Cancel a job: a pending one at once, a running one by asking its worker to stop it."""
     with session_scope() as s:
-        row = _job(s, job_id)
+        row = _job(s, job_id, lock=True)
         job_id = row.id  # what the caller typed may be a prefix
         if row.state in FINAL:
             raise ConflictError(f"job {job_id} already {row.state}")
@@ -205,7 +217,7 @@ def cancel(job_id: str) -> dict[str, Any]:
 def retry(job_id: str) -> dict[str, Any]:
     """Queue a failed or cancelled job again (same id; its attempts continue)."""
     with session_scope() as s:
-        row = _job(s, job_id)
+        row = _job(s, job_id, lock=True)
         job_id = row.id  # what the caller typed may be a prefix
         if row.state not in ("failed", "cancelled"):
             raise ConflictError(f"job {job_id} is {row.state}: only failed or cancelled jobs retry")
@@ -311,7 +323,7 @@ def delete_queue(name: str) -> None:
     if name == "default":
         raise ConflictError("the default queue cannot be deleted")
     with session_scope() as s:
-        q = _queue(s, name)
+        q = _queue(s, name, lock="update")
         active = s.scalar(
             select(func.count()).where(JobRow.queue == name, JobRow.state.in_(ACTIVE))
         )
@@ -323,13 +335,13 @@ def delete_queue(name: str) -> None:
 
 def list_queues() -> list[dict[str, Any]]:
     """All queues with their load."""
-    with session_scope() as s:
+    with session_scope(readonly=True) as s:
         return [queue_dict(q, s) for q in s.scalars(select(QueueRow).order_by(QueueRow.name))]
 
 
 def list_workers(alive_only: bool = False) -> list[dict[str, Any]]:
     """Workers with their executor, capacity and last heartbeat (newest first)."""
-    with session_scope() as s:
+    with session_scope(readonly=True) as s:
         q = select(WorkerRow).order_by(WorkerRow.started_at.desc())
         if alive_only:
             q = q.where(
@@ -362,7 +374,7 @@ def job_result(job_id: str) -> dict[str, Any] | None:
     from aifab.core.workspace import get_workspace
     from aifab.jobs.launch import result_path
 
-    with session_scope() as s:
+    with session_scope(readonly=True) as s:
         row = _job(s, job_id)
         job_id = row.id  # what the caller typed may be a prefix
         if row.state != "succeeded":

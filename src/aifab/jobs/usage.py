@@ -80,7 +80,7 @@ def queue_usage() -> dict[str, Any]:
         of the live capacity it would get for its demand, or None with no live worker) and
         ``quota_use`` (the largest fraction of its capability in use, or None if unlimited).
     """
-    with session_scope() as s:
+    with session_scope(readonly=True) as s:
         rows = list(s.scalars(select(QueueRow).order_by(QueueRow.name)))
         counts = {
             (q, st): int(n)
@@ -146,7 +146,7 @@ def attempt_timeline(limit: int = 50, job_id: str | None = None) -> list[dict[st
         .where(AttemptRow.id.in_(latest.limit(max(0, limit)).scalar_subquery()))
         .order_by(AttemptRow.started_at.desc(), AttemptRow.id.desc())
     )
-    with session_scope() as s:
+    with session_scope(readonly=True) as s:
         return [
             {
                 "job_id": a.job_id,

@@ -15,7 +15,7 @@ from sqlalchemy.orm import Session
 
 from aifab.core.actor import current_actor
 from aifab.core.audit import record_event
-from aifab.core.db import session_scope
+from aifab.core.db import lock_aggregate, session_scope
 from aifab.core.errors import InvalidInputError, NotFoundError
 from aifab.ops.alert_rules import DEFAULT_REPEAT_INTERVAL_S, Breach, Silence, fingerprint, plan
 from aifab.ops.sinks import SINKS
@@ -157,6 +157,7 @@ def process_breaches(
         The alerts that fired, were re-sent or resolved (and were notified).
     """
     with session_scope() as s:
+        lock_aggregate(s, "alerts", monitor)  # one evaluation of a monitor at a time
         changed = [
             {**_alert(r), "renotified": again}
             for r, again in _apply(s, monitor, group, breaches, judged)
@@ -191,7 +192,7 @@ def list_alerts(state: str | None = None, limit: int = 100) -> list[dict[str, An
     q = select(AlertRow).order_by(AlertRow.id.desc()).limit(limit)
     if state:
         q = q.where(AlertRow.state == state)
-    with session_scope() as s:
+    with session_scope(readonly=True) as s:
         return [_alert(r) for r in s.scalars(q)]
 
 
@@ -201,7 +202,7 @@ def alert_history(alert_id: int | None = None, limit: int = 200) -> list[dict[st
     if alert_id is not None:
         q = q.where(AlertEventRow.alert_id == alert_id)
     q = q.order_by(AlertEventRow.id.desc()).limit(limit)
-    with session_scope() as s:
+    with session_scope(readonly=True) as s:
         if alert_id is not None and s.get(AlertRow, alert_id) is None:
             raise NotFoundError(f"no alert {alert_id}")
         return [
@@ -258,7 +259,7 @@ def list_silences(active_only: bool = True) -> list[dict[str, Any]]:
     q = select(SilenceRow).order_by(SilenceRow.id.desc())
     if active_only:
         q = q.where(SilenceRow.until > time.time())
-    with session_scope() as s:
+    with session_scope(readonly=True) as s:
         return [
             {
                 "id": r.id,

@@ -125,7 +125,7 @@ def _get(s: Any, name: str) -> ScheduleRow:
 
 def list_schedules() -> list[dict[str, Any]]:
     """Every schedule, by name."""
-    with session_scope() as s:
+    with session_scope(readonly=True) as s:
         return [_dict(r) for r in s.scalars(select(ScheduleRow).order_by(ScheduleRow.name))]
 
 
@@ -152,7 +152,7 @@ def delete_schedule(name: str) -> None:
 
 def schedule_runs(name: str, limit: int = 50) -> list[dict[str, Any]]:
     """A schedule's runs, newest first."""
-    with session_scope() as s:
+    with session_scope(readonly=True) as s:
         _get(s, name)
         q = (
             select(ScheduleRunRow)
@@ -231,7 +231,7 @@ def _run_one(row: dict[str, Any], owner: str, now: float) -> dict[str, Any]:
         r = s.get(ScheduleRunRow, run_id)
         assert r is not None
         r.status, r.finished_at, r.detail = status, time.time(), detail
-        sched = s.get(ScheduleRow, name)
+        sched = s.get(ScheduleRow, name, with_for_update=True)  # vs. a claim after expiry
         if sched is not None and sched.lease_owner == owner:
             sched.next_at, sched.lease_owner, sched.lease_until = next_at, None, None
     return {"schedule": name, "status": status, **detail}
@@ -246,7 +246,7 @@ def run_due(owner: str, now: float | None = None) -> list[dict[str, Any]]:
         What each run did (``status``, ``result`` or ``error``, ``missed`` runs skipped).
     """
     now = time.time() if now is None else now
-    with session_scope() as s:
+    with session_scope(readonly=True) as s:
         due = [
             _dict(r)
             for r in s.scalars(

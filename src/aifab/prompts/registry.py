@@ -16,7 +16,7 @@ from sqlalchemy.orm import Session
 from aifab.core import workers
 from aifab.core.actor import current_actor
 from aifab.core.audit import record_event
-from aifab.core.db import session_scope
+from aifab.core.db import lock_aggregate, session_scope
 from aifab.core.errors import BudgetExceededError, InvalidInputError, NotFoundError
 from aifab.core.ids import digest
 from aifab.core.names import is_full_match
@@ -111,6 +111,7 @@ def create_prompt(
     declared = tpl.check_variables(template, variables)
     content = digest({"template": template, "variables": declared})
     with session_scope() as s:
+        lock_aggregate(s, "prompt", name)  # versions of one prompt are numbered in turn
         latest = s.scalars(
             select(PromptVersionRow)
             .where(PromptVersionRow.name == name)
@@ -159,6 +160,7 @@ def set_prompt_alias(name: str, alias: str, version: int | str) -> dict[str, Any
     """
     _check_alias(alias)
     with session_scope() as s:
+        lock_aggregate(s, "prompt", name)  # an alias names one version of the prompt
         row = _resolve(s, f"{_check_name(name)}@{version}")
         _move_alias(s, name, alias, row.version)
         return as_dict(row, _aliases(s, name).get(row.version, []))
@@ -170,14 +172,14 @@ def get_prompt(ref: str) -> dict[str, Any]:
     Raises:
         NotFoundError: unknown prompt, version or alias.
     """
-    with session_scope() as s:
+    with session_scope(readonly=True) as s:
         row = _resolve(s, ref)
         return as_dict(row, _aliases(s, row.name).get(row.version, []))
 
 
 def list_prompts(name: str | None = None) -> list[dict[str, Any]]:
     """Every prompt's latest version, or every version of ``name`` (newest first)."""
-    with session_scope() as s:
+    with session_scope(readonly=True) as s:
         if name is not None:
             rows = list(
                 s.scalars(

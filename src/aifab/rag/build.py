@@ -18,7 +18,7 @@ from sqlalchemy import select
 from aifab.core.actor import current_actor
 from aifab.core.audit import record_event
 from aifab.core.config import parse_config
-from aifab.core.db import session_scope
+from aifab.core.db import lock_aggregate, session_scope
 from aifab.core.errors import ConflictError, InvalidInputError, NotFoundError
 from aifab.core.names import SHORT_NAME, is_full_match
 from aifab.rag.config import KBConfig
@@ -103,6 +103,7 @@ def _record(
 ) -> dict[str, Any]:
     """Publish a staged folder as the next version and record it (one transaction)."""
     with session_scope() as s:
+        lock_aggregate(s, "kb", name)  # versions of one knowledge base are numbered in turn
         row = s.get(KnowledgeBaseRow, name)
         if row is None:
             if cfg is None:
@@ -189,7 +190,7 @@ def create_kb(
 
 
 def _current(name: str) -> tuple[KBConfig, KBFiles]:
-    with session_scope() as s:
+    with session_scope(readonly=True) as s:
         row = s.get(KnowledgeBaseRow, _check_name(name))
         if row is None:
             raise NotFoundError(f"knowledge base {name!r} not found")
@@ -324,7 +325,7 @@ def get_kb(name: str) -> dict[str, Any]:
     Raises:
         NotFoundError: unknown KB.
     """
-    with session_scope() as s:
+    with session_scope(readonly=True) as s:
         row = s.get(KnowledgeBaseRow, _check_name(name))
         if row is None:
             raise NotFoundError(f"knowledge base {name!r} not found")
@@ -333,7 +334,7 @@ def get_kb(name: str) -> dict[str, Any]:
 
 def list_kbs() -> list[dict[str, Any]]:
     """Every KB, by name."""
-    with session_scope() as s:
+    with session_scope(readonly=True) as s:
         rows = list(s.scalars(select(KnowledgeBaseRow).order_by(KnowledgeBaseRow.name)))
         return [_kb_dict(r, s.get(KBVersionRow, (r.name, r.current_version))) for r in rows]
 
@@ -348,7 +349,7 @@ def kb_lineage(name: str) -> list[dict[str, Any]]:
         NotFoundError: unknown KB.
     """
     get_kb(name)
-    with session_scope() as s:
+    with session_scope(readonly=True) as s:
         rows = s.scalars(
             select(KBVersionRow)
             .where(KBVersionRow.kb == name)

@@ -308,13 +308,13 @@ def list_keys(*, include_revoked: bool = True) -> list[dict[str, Any]]:
     q = select(ApiKeyRow).order_by(ApiKeyRow.created_at, ApiKeyRow.id)
     if not include_revoked:
         q = q.where(ApiKeyRow.revoked_at.is_(None))
-    with session_scope() as s:
+    with session_scope(readonly=True) as s:
         return [_record(r) for r in s.scalars(q)]
 
 
 def get_key(key_id: str) -> dict[str, Any]:
     """One key's record. Raises NotFoundError for an unknown id."""
-    with session_scope() as s:
+    with session_scope(readonly=True) as s:
         row = s.get(ApiKeyRow, complete_id(s, ApiKeyRow.id, key_id, "API key"))
         if row is None:
             raise NotFoundError(f"no API key {key_id!r} (see 'aifab keys list')")
@@ -345,14 +345,14 @@ def authenticate(secret: str) -> KeyInfo | None:
     """The active key whose secret this is, or None (unknown, malformed or revoked)."""
     if not secret or not secret.startswith(SECRET_PREFIX) or len(secret) > 200:
         return None
-    with session_scope() as s:
+    with session_scope(readonly=True) as s:
         row = s.scalar(select(ApiKeyRow).where(ApiKeyRow.hash == hash_secret(secret)))
         return _active_info(row)
 
 
 def key_info(key_id: str) -> KeyInfo | None:
     """The active key with this id (as :func:`authenticate` finds it), or None."""
-    with session_scope() as s:
+    with session_scope(readonly=True) as s:
         return _active_info(s.get(ApiKeyRow, key_id))
 
 

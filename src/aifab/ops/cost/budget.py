@@ -95,12 +95,12 @@ def delete_budget(team: str) -> None:
 
 def list_budgets() -> list[dict[str, Any]]:
     """Every budget, by team."""
-    with session_scope() as s:
+    with session_scope(readonly=True) as s:
         return [_record(r) for r in s.scalars(select(BudgetRow).order_by(BudgetRow.team))]
 
 
 def _statuses(team: str | None, now: float) -> list[BudgetStatus]:
-    with session_scope() as s:
+    with session_scope(readonly=True) as s:
         q = select(BudgetRow).order_by(BudgetRow.team)
         if team is not None:
             q = q.where(BudgetRow.team == team)
@@ -141,7 +141,7 @@ def check_job_budget(job: Any) -> None:
     team = getattr(job, "team", None)
     if not team:
         return
-    with session_scope() as s:
+    with session_scope(readonly=True) as s:
         if s.get(BudgetRow, team) is None:
             return
     collect()  # the team's newest usage counts before it may start more
@@ -181,7 +181,7 @@ class BudgetGate:
         try:
             collect()
             statuses = _statuses(None, time.time())
-            with session_scope() as s:
+            with session_scope(readonly=True) as s:
                 teams = {k: t for k, t in s.execute(select(_KEYS.c.id, _KEYS.c.team)) if t}
         except Exception:  # noqa: BLE001 - a failed refresh keeps the last flags; never a 500
             log.exception("budget refresh failed; keeping the previous flags")

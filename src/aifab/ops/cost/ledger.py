@@ -17,7 +17,7 @@ from sqlalchemy import column, func, select, table
 from sqlalchemy.orm import Session
 
 from aifab.core.audit import record_event
-from aifab.core.db import session_scope
+from aifab.core.db import lock_aggregate, session_scope
 from aifab.core.errors import InvalidInputError
 from aifab.inference.tables import RequestLogRow
 from aifab.jobs.tables import AttemptRow, JobRow
@@ -156,6 +156,11 @@ def collect() -> dict[str, Any]:
     """
     prices = load_prices()
     with session_scope() as s:
+        # Collectors take turns, and each waits for in-flight inserts of attempts and request
+        # log rows (they hold these locks shared): ids commit out of order on PostgreSQL, and a
+        # cursor past an id still uncommitted would never price it.
+        lock_aggregate(s, "cost-source", "attempts")
+        lock_aggregate(s, "cost-source", "request_log")
         jobs = _add(s, _job_entries(s, prices))
         gateway = _add(s, _traffic_entries(s, prices))
         if jobs or gateway:
@@ -200,7 +205,7 @@ def cost_report(
         q = q.where(CostEntryRow.ts < end)
     if team is not None:
         q = q.where(CostEntryRow.team == team)
-    with session_scope() as s:
+    with session_scope(readonly=True) as s:
         rows = [
             {
                 by: r[0],
