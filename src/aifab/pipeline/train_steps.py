@@ -120,7 +120,9 @@ def train(ctx: StepContext, params: Mapping[str, Any]) -> PreparedStep:
         from aifab.jobs.worker import run_until_final
 
         job = submit(spec)
-        final = run_until_final(job["id"], p.executor)
+        # The pipeline runs in the foreground: Ctrl-C cancels its job rather than leave it
+        # queued for the next worker (which would run it again as attempt 2).
+        final = run_until_final(job["id"], p.executor, cancel_on_interrupt=True)
         if final["state"] != "succeeded":
             raise AifabError(f"job {job['id']} {final['state']}: {final['reason']}")
         result = job_result(job["id"]) or {}
