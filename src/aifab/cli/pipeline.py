@@ -54,7 +54,7 @@ def register(app: typer.Typer) -> None:
                 _submit(pipeline, executor, force, only, as_json)
             return
         with _say_interrupted():
-            result = run_pipeline(pipeline, force=force, only=only)
+            result = run_pipeline(pipeline, force=force, only=only, say=_say)
         if as_json:
             print_json(result.to_dict())
         else:
@@ -79,7 +79,7 @@ def register(app: typer.Typer) -> None:
 
         path = _quickstart()
         with _say_interrupted():
-            result = run_pipeline(path, force=force)
+            result = run_pipeline(path, force=force, say=_say)
         serving = _demo_serving(result) if result.ok else None
         if as_json:
             quarantine = _quarantine_counts(result)
@@ -89,6 +89,12 @@ def register(app: typer.Typer) -> None:
             if serving is not None:
                 _show_serving(serving)
         _exit_on_failure(result)
+
+
+def _say(line: str) -> None:
+    """A step's start, end and progress, on stderr: stdout stays the result (--json too)."""
+    sys.stderr.write(line + "\n")
+    sys.stderr.flush()
 
 
 @contextmanager

@@ -8,6 +8,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -201,6 +202,7 @@ def run_until_final(
     stop: threading.Event | None = None,
     *,
     cancel_on_interrupt: bool = False,
+    on_log: Callable[[str], None] | None = None,
 ) -> dict[str, Any]:
     """Run a worker in this thread until ``job_id`` is final; return the job.
 
@@ -214,13 +216,23 @@ def run_until_final(
         stop: set to end the wait early (the job is re-queued).
         cancel_on_interrupt: a foreground caller's job: Ctrl-C cancels it rather than leave it
             re-queued for the next worker, and the KeyboardInterrupt re-raised names it.
+        on_log: called with each line the job's first replica logs meanwhile (its progress).
     """
-    if not cancel_on_interrupt:
-        return _run_until_final(job_id, executor, stop)
+    following = threading.Event()
+    if on_log is not None:
+        from aifab.jobs.logs import follow_lines
+
+        follower = follow_lines(job_id, on_log, following)
     try:
         return _run_until_final(job_id, executor, stop)
     except KeyboardInterrupt:
+        if not cancel_on_interrupt:
+            raise
         raise KeyboardInterrupt(_cancel_interrupted(job_id)) from None
+    finally:
+        following.set()
+        if on_log is not None:
+            follower.join(timeout=5.0)  # the log's last lines, read after the job ended
 
 
 def _cancel_interrupted(job_id: str) -> str:
