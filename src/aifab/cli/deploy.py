@@ -221,6 +221,56 @@ def delete_command(name: str = typer.Argument(..., help="Deployment name.")) -> 
     sys.stdout.write(f"deleted deployment {name}\n")
 
 
+@deployments_app.command("wait")
+def wait_command(
+    name: str | None = typer.Argument(None, help="Wait for this deployment only."),
+    url: str = typer.Option("http://127.0.0.1:8000", "--url", help="The server to ask."),
+    timeout: float = typer.Option(300.0, "--timeout", help="Seconds to wait at most."),
+) -> None:
+    """Wait until a running server has loaded every deployment (or NAME); exit 1 on a failure.
+
+    Run it after `aifab serve &`: a request sent once it returns does not meet 503 "still
+    loading". It waits for a server that is still starting, too.
+    """
+    from aifab.core.errors import AifabError, InvalidInputError
+    from aifab.inference.deployments import get_deployment
+    from aifab.serve.readiness import ready_line, wait_ready
+
+    if not timeout > 0:
+        raise InvalidInputError(f"--timeout {timeout:g}: expected seconds above 0")
+    if name is not None:
+        get_deployment(name)  # an unknown name fails now, not after the timeout
+    body = wait_ready(url, timeout_s=timeout) or {}
+    if name is None:
+        sys.stdout.write(ready_line(url, body) + "\n")
+        if body.get("failed"):
+            raise AifabError(f"{body['failed']} deployment(s) failed to load on {url}")
+        return
+    dep = _reported(name, timeout)
+    if dep["status"] == "failed":
+        raise AifabError(f"deployment {name} failed to load: {dep.get('status_reason')}")
+    serving = ", ".join(f"{k} {v}" for k, v in (dep.get("serving") or {}).items() if v)
+    sys.stdout.write(f"deployment {name} ready on {url} ({serving or 'serving'})\n")
+
+
+def _reported(name: str, timeout: float) -> dict[str, Any]:
+    """The deployment once a server has reported it ready or failed.
+
+    The report trails ``/readyz`` by a moment: it is written after the model is swapped in.
+    """
+    import time
+
+    from aifab.inference.deployments import get_deployment
+    from aifab.serve.readiness import ReadyTimeoutError
+
+    deadline = time.monotonic() + timeout
+    while (dep := get_deployment(name))["status"] not in ("ready", "failed"):
+        if time.monotonic() > deadline:
+            raise ReadyTimeoutError(f"deployment {name} still {dep['status']} after {timeout:g} s")
+        time.sleep(0.1)
+    return dep
+
+
 @deployments_app.command("requests")
 def requests_command(
     name: str | None = typer.Argument(None, help="Only this deployment's requests."),

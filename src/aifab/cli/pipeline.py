@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 import os
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -48,9 +50,11 @@ def register(app: typer.Typer) -> None:
 
         _check_example_path(pipeline)
         if executor is not None:
-            _submit(pipeline, executor, force, only, as_json)
+            with _say_interrupted():
+                _submit(pipeline, executor, force, only, as_json)
             return
-        result = run_pipeline(pipeline, force=force, only=only)
+        with _say_interrupted():
+            result = run_pipeline(pipeline, force=force, only=only, say=_say)
         if as_json:
             print_json(result.to_dict())
         else:
@@ -74,7 +78,8 @@ def register(app: typer.Typer) -> None:
         from aifab.pipeline import run_pipeline
 
         path = _quickstart()
-        result = run_pipeline(path, force=force)
+        with _say_interrupted():
+            result = run_pipeline(path, force=force, say=_say)
         serving = _demo_serving(result) if result.ok else None
         if as_json:
             quarantine = _quarantine_counts(result)
@@ -84,6 +89,25 @@ def register(app: typer.Typer) -> None:
             if serving is not None:
                 _show_serving(serving)
         _exit_on_failure(result)
+
+
+def _say(line: str) -> None:
+    """A step's start, end and progress, on stderr: stdout stays the result (--json too)."""
+    sys.stderr.write(line + "\n")
+    sys.stderr.flush()
+
+
+@contextmanager
+def _say_interrupted() -> Iterator[None]:
+    """On Ctrl-C, say what the run cancelled on its way out ("interrupted: cancelled job ...").
+
+    click turns a KeyboardInterrupt into a silent exit 130, so the message is printed here.
+    """
+    try:
+        yield
+    except KeyboardInterrupt as exc:
+        error_line(f"interrupted: {exc}" if str(exc) else "interrupted")
+        raise typer.Exit(130) from None
 
 
 def _quickstart() -> Path:

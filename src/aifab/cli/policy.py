@@ -94,6 +94,9 @@ def run_command(
         emit(out, True)
         return
     _print_record(out)
+    if out["outcome"] == "skipped" and not force:
+        # The trigger said no (no firing alert, cool-down): name the way past it.
+        sys.stdout.write(f"hint: `aifab policy run {name} --force` retrains now anyway\n")
 
 
 @policy_app.command("history")

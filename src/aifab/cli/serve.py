@@ -29,7 +29,11 @@ def register(app: typer.Typer) -> None:
             "exact across them).",
         ),
     ) -> None:
-        """Serve every deployment under /v1 (OpenAPI docs at /docs, metrics at /metrics)."""
+        """Serve every deployment under /v1 (OpenAPI docs at /docs, metrics at /metrics).
+
+        Prints "aifab ready on URL: ..." once every deployment has loaded (or failed);
+        `aifab deployments wait` waits for the same moment from another shell.
+        """
         from aifab.core.errors import InvalidInputError
         from aifab.serve.keys import list_keys
         from aifab.serve.server import serve as run
@@ -56,6 +60,8 @@ def register(app: typer.Typer) -> None:
             request_log_sample=log_sample,
             access_log=access_log,
             workers=workers,
+            # stdout, so `aifab serve | grep -m1 ready` or a script reading it can wait on it.
+            on_ready=typer.echo,
         )
 
 

@@ -10,7 +10,9 @@ store when one is set, where replicas ship their logs in chunks (:mod:`aifab.job
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import logging
+import threading
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -24,7 +26,9 @@ from aifab.jobs.launch import attempt_dir
 from aifab.jobs.log_ship import read_stored, stored_size
 from aifab.jobs.tables import JobRow
 
-__all__ = ["LogCursor", "LogTail", "log_path", "read_log", "tail_log"]
+__all__ = ["LogCursor", "LogTail", "follow_lines", "log_path", "read_log", "tail_log"]
+
+log = logging.getLogger("aifab.jobs")
 
 FINAL = ("succeeded", "failed", "cancelled")
 #: The most bytes one call returns (a follower calls again for the rest).
@@ -208,3 +212,32 @@ def tail_log(
     after = LogCursor(cursor.attempt, cursor.offset + len(data))
     done = final_state and last_attempt and at_end
     return LogTail(text, after, state, done, skipped)
+
+
+def follow_lines(
+    job_id: str, on_line: Callable[[str], None], stop: threading.Event, *, poll_s: float = 1.0
+) -> threading.Thread:
+    """Start a thread calling ``on_line`` with each new line of replica 0's log until ``stop``.
+
+    A foreground wait (``aifab run``'s train step) relays the job's progress lines with it.
+    """
+
+    def run() -> None:
+        cursor: LogCursor | None = None
+        while True:
+            stopping = stop.wait(poll_s)
+            try:
+                tail = tail_log(job_id, cursor)
+            except Exception:  # noqa: BLE001 - relaying is a courtesy; the wait goes on
+                log.debug("following the log of %s failed", job_id, exc_info=True)
+                tail = None
+            if tail is not None:
+                cursor = tail.cursor
+                for line in tail.text.splitlines():
+                    on_line(line)
+            if stopping or (tail is not None and tail.final):
+                return
+
+    thread = threading.Thread(target=run, name=f"aifab-follow-{job_id}", daemon=True)
+    thread.start()
+    return thread

@@ -8,6 +8,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -197,14 +198,58 @@ class Worker:
 
 
 def run_until_final(
-    job_id: str, executor: str = "local", stop: threading.Event | None = None
+    job_id: str,
+    executor: str = "local",
+    stop: threading.Event | None = None,
+    *,
+    cancel_on_interrupt: bool = False,
+    on_log: Callable[[str], None] | None = None,
 ) -> dict[str, Any]:
     """Run a worker in this thread until ``job_id`` is final; return the job.
 
     Call it from a thread that outlives the job (the main thread): local replicas die with
     the thread that started them. The worker also runs other pending jobs meanwhile, and
     re-queues whatever is still running when it returns. ``stop`` ends it early.
+
+    Args:
+        job_id: the job to wait for.
+        executor: the executor the worker runs attempts on.
+        stop: set to end the wait early (the job is re-queued).
+        cancel_on_interrupt: a foreground caller's job: Ctrl-C cancels it rather than leave it
+            re-queued for the next worker, and the KeyboardInterrupt re-raised names it.
+        on_log: called with each line the job's first replica logs meanwhile (its progress).
     """
+    following = threading.Event()
+    if on_log is not None:
+        from aifab.jobs.logs import follow_lines
+
+        follower = follow_lines(job_id, on_log, following)
+    try:
+        return _run_until_final(job_id, executor, stop)
+    except KeyboardInterrupt:
+        if not cancel_on_interrupt:
+            raise
+        raise KeyboardInterrupt(_cancel_interrupted(job_id)) from None
+    finally:
+        following.set()
+        if on_log is not None:
+            follower.join(timeout=5.0)  # the log's last lines, read after the job ended
+
+
+def _cancel_interrupted(job_id: str) -> str:
+    """Cancel ``job_id`` after Ctrl-C (the worker has just re-queued it); say what happened."""
+    from aifab.core.errors import ConflictError
+    from aifab.jobs.service import cancel, get_job
+
+    job = get_job(job_id)
+    try:
+        cancel(job_id)
+    except ConflictError:  # it ended on its own just before the interrupt
+        return f"job {job_id} ({job['name']}) already {job['state']}"
+    return f"cancelled job {job_id} ({job['name']})"
+
+
+def _run_until_final(job_id: str, executor: str, stop: threading.Event | None) -> dict[str, Any]:
     from aifab.jobs.service import FINAL, get_job
 
     stop = stop or threading.Event()

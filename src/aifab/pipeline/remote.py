@@ -105,7 +105,7 @@ def submit_pipeline(
     if resources:
         job_spec["resources"] = dict(resources)
     job = submit(job_spec)
-    final = run_until_final(job["id"], executor)
+    final = run_until_final(job["id"], executor, cancel_on_interrupt=True)
     if final["state"] != "succeeded":
         why = _last_error(job["id"])
         raise AifabError(

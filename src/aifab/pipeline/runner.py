@@ -8,7 +8,7 @@ pipeline step, and whose outputs still exist, is skipped and its outputs reused.
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -95,6 +95,7 @@ def run_pipeline(
     force: bool = False,
     only: str | None = None,
     base_dir: Path | None = None,
+    say: Callable[[str], None] | None = None,
 ) -> RunResult:
     """Run a pipeline's steps in order, skipping those whose inputs have not changed.
 
@@ -104,6 +105,8 @@ def run_pipeline(
         only: run just this step (it reads the latest versions of its inputs).
         base_dir: where relative paths in ``with`` resolve; default the file's directory
             (or the current directory for a spec object).
+        say: called with a line as each step starts and ends, and with a long step's
+            progress (``aifab run`` passes stderr); None: quiet.
 
     Returns:
         The run's result. A failed step does not raise: the run is marked failed, later steps
@@ -128,7 +131,7 @@ def run_pipeline(
     run = RunResult(new_id("run"), spec.name, str(path or source), "running", [])
     _start_run(run)
     try:
-        _run_steps(run, spec, source, base, force, only)
+        _run_steps(run, spec, source, base, force, only, say)
     except BaseException as exc:  # Ctrl-C or a crash in the runner: the run row says so
         run.status, run.error = FAILED, f"{source}: interrupted ({type(exc).__name__})"
         _finish_run(run)
@@ -138,22 +141,35 @@ def run_pipeline(
 
 
 def _run_steps(
-    run: RunResult, spec: PipelineSpec, source: str, base: Path, force: bool, only: str | None
+    run: RunResult,
+    spec: PipelineSpec,
+    source: str,
+    base: Path,
+    force: bool,
+    only: str | None,
+    say: Callable[[str], None] | None = None,
 ) -> None:
     """Run the selected steps in order into ``run``; stop at the first failure."""
     produced: dict[str, str] = {}
     outputs: dict[str, Mapping[str, Any]] = {}
     failed: StepResult | None = None
-    for step in spec.steps:
+    for number, step in enumerate(spec.steps, 1):
         if only is not None and step.name != only:
             continue
         if failed is not None:
             run.steps.append(StepResult(step.name, step.uses, NOT_RUN))
             continue
         ctx = StepContext(
-            spec.name, step.name, base, dict(produced), dict(outputs), engine=spec.engine
+            spec.name, step.name, base, dict(produced), dict(outputs), spec.engine, say
         )
+        if say is not None:
+            say(f"step {number}/{len(spec.steps)} {step.name} ({step.uses}): running")
         result, exc = _run_step(run.run_id, step, ctx, force)
+        if say is not None:
+            say(
+                f"step {number}/{len(spec.steps)} {step.name}: {result.status} "
+                f"in {result.seconds:.1f} s"
+            )
         run.steps.append(result)
         if result.status == FAILED:
             failed = result

@@ -127,6 +127,8 @@ class StepContext:
         step_outputs: earlier steps' recorded outputs by step name (a ``register`` step reads
             the run id of the ``train`` step it names).
         engine: the pipeline's ``engine``, for data specs that name none.
+        say: where a long step reports progress (a foreground ``aifab run``'s stderr); None:
+            quiet.
     """
 
     pipeline: str
@@ -135,6 +137,7 @@ class StepContext:
     produced: Mapping[str, str] = field(default_factory=dict)
     step_outputs: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
     engine: str | None = None
+    say: Callable[[str], None] | None = None
 
     def path(self, value: str | Path) -> Path:
         """Resolve a path from ``with`` against the pipeline file's directory."""

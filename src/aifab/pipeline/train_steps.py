@@ -7,7 +7,7 @@ produced, submits the job and runs it with an in-process worker until it is fina
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +22,8 @@ from aifab.pipeline.spec import PreparedStep, StepContext, StepOutputs
 _DATASET_KEY_SUFFIX = "dataset"
 #: Recipe config keys that name a base model: a directory or a registered NAME[@VERSION|@ALIAS].
 _MODEL_KEYS = ("base",)
+#: How the recipes' plain progress lines start (``aifab.train.loop.Progress``).
+_PROGRESS_PREFIX = "train step "
 
 
 class TrainParams(StrictConfig):
@@ -120,7 +122,11 @@ def train(ctx: StepContext, params: Mapping[str, Any]) -> PreparedStep:
         from aifab.jobs.worker import run_until_final
 
         job = submit(spec)
-        final = run_until_final(job["id"], p.executor)
+        # The pipeline runs in the foreground: Ctrl-C cancels its job rather than leave it
+        # queued for the next worker (which would run it again as attempt 2).
+        final = run_until_final(
+            job["id"], p.executor, cancel_on_interrupt=True, on_log=_progress_relay(ctx)
+        )
         if final["state"] != "succeeded":
             raise AifabError(f"job {job['id']} {final['state']}: {final['reason']}")
         result = job_result(job["id"]) or {}
@@ -131,6 +137,19 @@ def train(ctx: StepContext, params: Mapping[str, Any]) -> PreparedStep:
         return StepOutputs(artifacts=[model_dir] if model_dir else [], details=details)
 
     return PreparedStep(run=run, datasets=datasets, files=files + model_dirs, state=models)
+
+
+def _progress_relay(ctx: StepContext) -> Callable[[str], None] | None:
+    """Pass the job log's progress lines (``train step ...``) on to ``ctx.say``, named."""
+    say = ctx.say
+    if say is None:
+        return None
+
+    def relay(line: str) -> None:
+        if line.startswith(_PROGRESS_PREFIX):
+            say(f"  {ctx.step}: {line}")
+
+    return relay
 
 
 def register(ctx: StepContext, params: Mapping[str, Any]) -> PreparedStep:

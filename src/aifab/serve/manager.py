@@ -303,6 +303,15 @@ class DeploymentManager:
         pending = [n for n, st in self._states.items() if st.status == "pending"]
         return self._reconciled and not pending, pending
 
+    def counts(self) -> dict[str, int]:
+        """How many deployments are serving and how many failed to load (names stay private)."""
+        states = self._states.values()
+        return {
+            "deployments": len(self._states),
+            "serving": sum(st.served is not None for st in states),
+            "failed": sum(st.status == "failed" for st in states),
+        }
+
     async def wait_ready(self, name: str, timeout: float = 60.0) -> Served:
         """Wait until ``name`` is loaded or failed; ApiError on failure or timeout."""
         loop = asyncio.get_running_loop()

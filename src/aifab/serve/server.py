@@ -14,6 +14,7 @@ import logging
 import os
 import shutil
 import threading
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +39,7 @@ def serve(
     log_level: str = "info",
     access_log: bool = False,
     workers: int = 1,
+    on_ready: Callable[[str], None] | None = None,
 ) -> None:
     """Serve every deployment (and run queued jobs) until interrupted.
 
@@ -50,6 +52,8 @@ def serve(
         log_level: uvicorn's log level.
         access_log: log one line per request (off: the request log and metrics cover it).
         workers: server processes sharing the port (the jobs worker runs once, here).
+        on_ready: called once with a line saying how many deployments serve, when ``/readyz``
+            first answers 200 (every deployment loaded or failed).
     """
     import uvicorn
 
@@ -81,6 +85,10 @@ def serve(
         )
     stop = threading.Event()
     thread = _start_worker(stop) if worker else None
+    if on_ready is not None:
+        from aifab.serve.readiness import announce_when_ready, local_url
+
+        announce_when_ready(local_url(host, port), on_ready, stop)
     try:
         if run_dir is None:
             _server_killing_workers_at_exit(config).run()

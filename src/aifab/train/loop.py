@@ -183,22 +183,34 @@ class EarlyStopping:
 
 
 class Progress:
-    """A rich progress bar with loss and throughput; silent unless stderr is a terminal.
+    """Training progress: a live rich bar on a terminal, else a plain line every few seconds.
 
-    Use as a context manager; call :meth:`update` after each optimizer step.
+    The plain lines go to stdout, which is the job's log: ``aifab jobs logs -f``, the
+    dashboard's job page and a piped or CI run all see them. Use as a context manager; call
+    :meth:`update` after each optimizer step.
     """
 
-    def __init__(self, total_steps: int, *, start_step: int = 0, enabled: bool = True) -> None:
-        self.enabled = enabled and sys.stderr.isatty()
+    def __init__(
+        self,
+        total_steps: int,
+        *,
+        start_step: int = 0,
+        enabled: bool = True,
+        every_s: float = 10.0,
+    ) -> None:
+        self.live = enabled and sys.stderr.isatty()
+        self.plain = enabled and not self.live
         self.total = total_steps
         self.start_step = start_step
+        self.every_s = every_s
         self._samples = 0
         self._t0 = time.perf_counter()
+        self._last_line = self._t0
         self._bar: Any = None
         self._task: Any = None
 
     def __enter__(self) -> Progress:
-        if self.enabled:
+        if self.live:
             from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeRemainingColumn
             from rich.progress import Progress as RichProgress
 
@@ -219,10 +231,24 @@ class Progress:
     def update(self, step: int, loss: float, samples: int) -> None:
         """Advance to ``step`` showing ``loss`` and samples/s since the start."""
         self._samples += samples
-        if self._bar is None:
-            return
-        rate = self._samples / max(1e-9, time.perf_counter() - self._t0)
-        self._bar.update(self._task, completed=step, info=f"loss {loss:.4f}  {rate:,.0f} samples/s")
+        now = time.perf_counter()
+        rate = self._samples / max(1e-9, now - self._t0)
+        if self._bar is not None:
+            self._bar.update(
+                self._task, completed=step, info=f"loss {loss:.4f}  {rate:,.0f} samples/s"
+            )
+        elif self.plain and (now - self._last_line >= self.every_s or step >= self.total):
+            self._last_line = now
+            print(self._line(step, loss, rate, now), flush=True)
+
+    def _line(self, step: int, loss: float, rate: float, now: float) -> str:
+        done = step - self.start_step
+        left = (now - self._t0) / done * (self.total - step) if done > 0 else 0.0
+        percent = 100 * step // max(1, self.total)
+        return (
+            f"train step {step}/{self.total} ({percent}%) loss {loss:.4f} "
+            f"{rate:,.0f} samples/s eta {_clock(left)}"
+        )
 
     def __exit__(
         self,
@@ -232,6 +258,13 @@ class Progress:
     ) -> None:
         if self._bar is not None:
             self._bar.__exit__(exc_type, exc, tb)
+
+
+def _clock(seconds: float) -> str:
+    """``h:mm:ss`` (or ``m:ss``) of a duration."""
+    minutes, secs = divmod(int(round(seconds)), 60)
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours}:{minutes:02d}:{secs:02d}" if hours else f"{minutes}:{secs:02d}"
 
 
 def iterate_chunks(n: int, size: int) -> Iterator[slice]:

@@ -41,7 +41,12 @@ class RecipeConfig(StrictConfig):
     device: Literal["auto", "cpu", "cuda"] = "auto"
     run_name: str | None = None
     system_metrics: bool = Field(True, description="Log CPU/memory/GPU use.")
-    progress: bool = Field(True, description="Progress bar (only on a terminal).")
+    progress: bool = Field(
+        True, description="Progress: a live bar on a terminal, else plain lines (job logs)."
+    )
+    progress_every_s: float = Field(
+        10.0, ge=0, description="Seconds between plain progress lines (0: every step)."
+    )
     output_dir: str | None = Field(None, description="Model directory (default: artifacts).")
     register_as: str | None = Field(
         None, alias="register", description="Register the model under this name."

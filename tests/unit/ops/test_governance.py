@@ -258,3 +258,19 @@ def test_a_card_built_on_another_node_has_the_export_figures(model: Any, workspa
     shutil.rmtree(workspace / "exports")  # another node: only the registry and the store
     (entry,) = [x for x in build_card(model.ref)["card"]["exports"] if x["format"] == "onnx"]
     assert entry["size_ratio"] == report["size_ratio"] and entry["accuracy"] == report["accuracy"]
+
+
+def test_cli_card_keeps_the_owners_intended_use_when_rebuilt_for_html(
+    cli: Callable[..., Any], model: Any
+) -> None:
+    use = "Weekly churn triage by the retention team"
+    r = cli("models", "card", model.ref, "--no-explain", "--intended-use", use)
+    assert r.exit_code == 0, r.stderr
+    page = cli("models", "card", model.ref, "--no-explain", "--html").stdout
+    assert f"<h2>Intended use</h2><p>{use}</p>" in page
+    assert (
+        f"<h2>Intended use</h2><p>{use}</p>"
+        in cli(
+            "models", "card", model.ref, "--no-explain", "--html", "--limitations", "small data"
+        ).stdout
+    )

@@ -61,3 +61,11 @@ def test_failed_retraining_fires_one_alert_to_the_sinks(caplog) -> None:
     assert len([a for a in list_alerts("firing") if a["monitor"] == "policy:r"]) == 1
     events = [e["event"] for e in alert_history(alert["id"])]
     assert events.count("delivered") == 1 and "repeated" in events
+
+
+def test_cli_names_how_to_force_a_skipped_run(cli) -> None:
+    create_policy("q", _policy(cooldown_s=0))
+    r = cli("policy", "run", "q")
+    assert r.exit_code == 0, r.stderr
+    assert "no firing alert" in r.stdout
+    assert "hint: `aifab policy run q --force` retrains now anyway" in r.stdout

@@ -259,7 +259,10 @@ def test_failure_stops_later_steps_and_names_the_step(project: Path, cli: Any) -
 
     r = cli("run", project)
     assert r.exit_code == 2
-    assert r.stderr.strip().splitlines() == [f"error: {project}: step 'explode': kaput"]
+    said = r.stderr.strip().splitlines()  # each step's start and end, then the one error line
+    assert said[-1] == f"error: {project}: step 'explode': kaput"
+    assert [line for line in said if line.startswith("error")] == said[-1:]
+    assert "step 2/4 explode: failed in " in r.stderr
     assert "load" in r.stdout and "skipped" in r.stdout
 
 

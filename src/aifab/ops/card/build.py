@@ -187,6 +187,17 @@ def gather(ref: str, owner: CardOwnerFields, *, explain: bool = True) -> dict[st
     }
 
 
+def _previous_owner(card_dir: Path) -> dict[str, Any]:
+    """The owner fields of the card last written to ``card_dir`` ({} if none or unreadable)."""
+    try:
+        owner = json.loads((card_dir / "card.json").read_text()).get("owner")
+    except (OSError, ValueError, AttributeError):
+        return {}
+    if not isinstance(owner, dict):
+        return {}
+    return {k: v for k, v in owner.items() if k in CardOwnerFields.model_fields and v}
+
+
 def build_card(
     ref: str,
     owner: CardOwnerFields | Path | str | dict[str, Any] | None = None,
@@ -217,12 +228,15 @@ def build_card(
         InvalidInputError: a bad owner file.
         NotFoundError: no such model version.
     """
-    fields = as_config(CardOwnerFields, owner, "card owner fields")
-    changes = {"intended_use": intended_use, "limitations": limitations, "sensitive": sensitive}
-    fields = fields.model_copy(update={k: v for k, v in changes.items() if v is not None})
-    card = gather(ref, fields, explain=explain)
-    target = out_dir or get_workspace().exports / card["name"] / f"v{card['version']}" / "card"
+    mv = resolve_model(ref)
+    target = out_dir or get_workspace().exports / mv["name"] / f"v{mv['version']}" / "card"
     target = Path(target).absolute()
+    given = as_config(CardOwnerFields, owner, "card owner fields").model_dump(exclude_unset=True)
+    changes = {"intended_use": intended_use, "limitations": limitations, "sensitive": sensitive}
+    given.update({k: v for k, v in changes.items() if v is not None})
+    # A rebuild (``--html`` a moment later) keeps what the owner stated before unless restated.
+    fields = CardOwnerFields.model_validate({**_previous_owner(target), **given})
+    card = gather(ref, fields, explain=explain)
     target.mkdir(parents=True, exist_ok=True)
     atomic_write_text(target / "card.md", render_markdown(card))
     atomic_write_text(target / "card.html", render_html(card))

@@ -30,10 +30,11 @@ async def healthz() -> dict[str, Any]:
 
 @router.get("/readyz")
 async def readyz(request: Request) -> JSONResponse:
-    """200 once every deployment has loaded or failed; 503 (with the pending ones) before."""
-    ready, pending = request.app.state.manager.ready()
+    """200 once every deployment has loaded or failed (with counts); 503 (the pending) before."""
+    manager = request.app.state.manager
+    ready, pending = manager.ready()
     if ready:
-        return JSONResponse({"status": "ready"})
+        return JSONResponse({"status": "ready", **manager.counts()})
     return JSONResponse({"status": "loading", "pending": pending}, status_code=503)
 
 

@@ -206,7 +206,9 @@ def _loop(
     window_loss = torch.zeros(2, dtype=torch.float64)  # (loss sum, examples) since last log
     checkpointing.set_rng_state(pos.rng)
     show = cfg.progress and info.is_main
-    with loop.Progress(parts.total_steps, start_step=pos.step, enabled=show) as bar:
+    with loop.Progress(
+        parts.total_steps, start_step=pos.step, enabled=show, every_s=cfg.progress_every_s
+    ) as bar:
         while pos.step < parts.total_steps and not pos.stopped:
             batches = parts.data.epoch_batches(cfg.batch_size, seed=cfg.seed, epoch=pos.epoch)
             for b in range(pos.batch, len(batches)):

@@ -194,7 +194,9 @@ def _train(cfg: Config, state: TrainState, data: Pairs, device: torch.device, ru
     ckpt_dir = checkpointing.checkpoint_dir(cfg.checkpoint_dir)
     train, busy, info = data.index["train"], 0.0, state.info
     show = cfg.progress and state.is_main
-    with loop.Progress(cfg.epochs, start_step=state.step, enabled=show) as bar:
+    with loop.Progress(
+        cfg.epochs, start_step=state.step, enabled=show, every_s=cfg.progress_every_s
+    ) as bar:
         while state.step < cfg.epochs:
             t0 = time.perf_counter()
             state.model.train()

@@ -204,7 +204,9 @@ def _train(cfg: Config, state: TrainState, data: Triples, device: torch.device, 
     eval_every = cfg.eval_every or max(1, cfg.epochs // 10)
     train, busy = data.splits["train"], 0.0
     show = cfg.progress and state.is_main
-    with loop.Progress(cfg.epochs, start_step=state.step, enabled=show) as bar:
+    with loop.Progress(
+        cfg.epochs, start_step=state.step, enabled=show, every_s=cfg.progress_every_s
+    ) as bar:
         while state.step < cfg.epochs:
             t0 = time.perf_counter()
             loss = _epoch(cfg, state, train, len(data.entities), device)

@@ -210,7 +210,9 @@ def _train(
     train_blocks, accum = data.blocks["train"], cfg.optim.grad_accum
     start, begin, aside = state.step, time.perf_counter(), 0.0
     show = cfg.progress and state.is_main
-    with loop.Progress(cfg.max_steps, start_step=state.step, enabled=show) as bar:
+    with loop.Progress(
+        cfg.max_steps, start_step=state.step, enabled=show, every_s=cfg.progress_every_s
+    ) as bar:
         while state.step < cfg.max_steps:
             batches = _batches(cfg, train_blocks, state.step)
             loss = optimizer_step(

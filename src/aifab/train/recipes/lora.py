@@ -301,7 +301,9 @@ def _train(
     every = cfg.eval_every or max(1, -(-len(train) // (cfg.batch_size * accum)))  # an epoch
     begin, aside, samples, loss = time.perf_counter(), 0.0, 0, float("nan")
     show = cfg.progress and state.is_main
-    with loop.Progress(total, start_step=state.step, enabled=show) as bar:
+    with loop.Progress(
+        total, start_step=state.step, enabled=show, every_s=cfg.progress_every_s
+    ) as bar:
         while state.step < total:
             first = state.step * accum
             rows = [
