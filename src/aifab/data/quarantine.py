@@ -29,23 +29,16 @@ class QuarantineItem:
 def quarantine(
     dataset: str, stage: str, items: Iterable[QuarantineItem], version_id: int | None = None
 ) -> int:
-    """Store rejected rows (in batches, one audit event); return how many were stored.
-
-    Idempotent per checked version: a rule that already quarantined rows of ``version_id``
-    at ``stage`` (the same content, cleaned again into another dataset) stores nothing again.
-    """
+    """Store rejected rows (in batches, one audit event); return how many were stored."""
     total = 0
     batch: list[dict[str, Any]] = []
     now = time.time()
-    done = _rules_done(dataset, stage, version_id)
 
     def flush() -> None:
         with session_scope() as s:
             s.execute(QuarantineRow.__table__.insert(), batch)  # type: ignore[attr-defined]
 
     for item in items:
-        if item.rule in done:
-            continue
         batch.append(
             {
                 "dataset": dataset,
@@ -69,23 +62,6 @@ def quarantine(
         with session_scope() as s:
             record_event(s, f"quarantine.{stage}", f"dataset:{dataset}", {"rows": total})
     return total
-
-
-def _rules_done(dataset: str, stage: str, version_id: int | None) -> frozenset[str]:
-    """Rules that already quarantined rows of ``version_id`` at ``stage`` (none at ingest)."""
-    if version_id is None:
-        return frozenset()
-    with session_scope() as s:
-        q = (
-            select(QuarantineRow.rule)
-            .distinct()
-            .where(
-                QuarantineRow.dataset == dataset,
-                QuarantineRow.stage == stage,
-                QuarantineRow.version_id == version_id,
-            )
-        )
-        return frozenset(s.scalars(q))
 
 
 def list_quarantine(

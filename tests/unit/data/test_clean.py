@@ -236,17 +236,3 @@ def test_row_order_survives_dedup_on_many_rows() -> None:
             seen.add(k)
             expected.append(i)
     assert [r[1] for r in rows(v)] == expected
-
-
-def test_cli_clean_of_the_same_content_into_another_dataset_quarantines_once(
-    cli: Any, tmp_path: Path
-) -> None:
-    make()
-    spec = tmp_path / "clean.yaml"
-    spec.write_text("steps:\n  - cast: {columns: {age: INTEGER}}\n")
-    for output in ("people_a", "people_b"):
-        r = cli("data", "clean", "ds@1", "-f", spec, "--output", output)
-        assert r.exit_code == 0, r.stderr
-    shown = cli("data", "quarantine", "ds", "--json")
-    assert shown.exit_code == 0, shown.stderr
-    assert sorted(r["line"] for r in json.loads(shown.stdout)) == [2, 6]
