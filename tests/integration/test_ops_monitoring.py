@@ -194,13 +194,20 @@ def test_unshifted_traffic_does_not_drift_and_labels_give_quality(env) -> None:
 
 
 def test_feedback_sent_right_after_its_prediction_matches(env) -> None:
+    # A deployment of its own: the other tests count each deployment's traffic.
+    create_deployment("churn@champion", name="churn-feedback")
+    deadline = time.monotonic() + 120
+    payload = {"records": records()[:1]}
+    while env["client"].post("/v1/predict/churn-feedback", json=payload).status_code != 200:
+        assert time.monotonic() < deadline, "churn-feedback never loaded"
+        time.sleep(0.2)
     log = env["server"].app.state.request_log
     # Hold the request log's batch back (as a busy server's interval does): the feedback must
     # still find its prediction (it answered matched: false until the batch was written).
     log.flush_interval_s = 3600.0
     log.flush()
     try:
-        [(rid, n)] = _predict(env["client"], "churn-idle", records()[:3])
+        [(rid, n)] = _predict(env["client"], "churn-feedback", records()[:3])
         fb = env["client"].post("/v1/feedback", json={"request_id": rid, "labels": ["x"] * n})
         assert fb.status_code == 200 and fb.json()["matched"] is True, fb.text
     finally:

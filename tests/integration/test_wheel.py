@@ -86,7 +86,7 @@ def test_wheel_carries_migrations_schemas_and_extras(wheel: Path) -> None:
     assert "aifab/track/pyfunc_code.py" in names  # MLflow models-from-code entry
     for extra in ("ray", "k8s", "kg", "postgres", "all"):
         assert f"Provides-Extra: {extra}" in meta
-    assert 'Requires-Dist: ray>=2.9; extra == "ray"' in meta
+    assert 'Requires-Dist: ray[client]>=2.9; extra == "ray"' in meta  # ray:// needs the client
     assert "Requires-Dist: ray" not in meta.split("Provides-Extra")[0]  # not a core dependency
 
 

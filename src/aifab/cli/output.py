@@ -84,7 +84,7 @@ def print_table(
     # one line and ends in an ellipsis instead, columns that do not fit are counted, and
     # --wide shows everything. Ids and names are never cut: a cut id cannot be pasted into
     # `show` or `cancel`.
-    widths = natural if wide else _fit(natural, console.width, _whole(cols))
+    widths = natural if wide else _fit(natural, console.width, _whole(cols), _first(cols))
     shown = [i for i, w in enumerate(widths) if w is not None]
     table = Table(title=Text(title) if title is not None else None, show_lines=False)
     for i in shown:
@@ -113,6 +113,11 @@ def _whole(cols: Sequence[Any]) -> set[int]:
     return keep
 
 
+def _first(cols: Sequence[Any]) -> set[int]:
+    """Indexes of the columns kept before other cut-able ones: a row's state or status."""
+    return {i for i, c in enumerate(map(str, cols)) if c in ("state", "status")}
+
+
 def _longest(values: Sequence[str]) -> int:
     return max((len(line) for v in values for line in (v.splitlines() or [""])), default=0)
 
@@ -122,13 +127,19 @@ def _frame(widths: Sequence[int]) -> int:
     return sum(widths) + 3 * len(widths) + 1
 
 
-def _fit(natural: Sequence[int], width: int, whole: set[int] | None = None) -> list[int | None]:
+def _fit(
+    natural: Sequence[int],
+    width: int,
+    whole: set[int] | None = None,
+    first: set[int] | None = None,
+) -> list[int | None]:
     """Cell widths that fit ``width``; None for a column left out.
 
     Columns in ``whole`` (ids, names) keep their full width, or are left out when they cannot
-    (the first is always shown). The other columns that fit at
-    their floor are kept in order; the room left is shared out smallest need first, so short
-    columns (dates, counts) show whole and long text is what gets cut.
+    (the first is always shown). The other columns that fit at their floor are kept, those in
+    ``first`` (state, status) before the rest, all shown in their own order; the room left is
+    shared out smallest need first, so short columns (dates, counts) show whole and long text
+    is what gets cut.
     """
     whole = whole or set()
     widths: list[int | None] = [None] * len(natural)
@@ -138,7 +149,10 @@ def _fit(natural: Sequence[int], width: int, whole: set[int] | None = None) -> l
             widths[i] = max(1, min(natural[i], width - _frame([0])))
         elif _frame([*taken, natural[i]]) <= width:
             widths[i] = natural[i]
-    for i, n in enumerate(natural):
+    # A state or status is what a person looks for next to an id: it gets room first.
+    order = sorted(range(len(natural)), key=lambda i: (i not in (first or set()), i))
+    for i in order:
+        n = natural[i]
         if i in whole:
             continue
         taken = [w for w in widths if w is not None]

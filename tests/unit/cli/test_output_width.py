@@ -78,3 +78,19 @@ def test_ids_and_names_are_never_cut_at_80_columns(capsys: pytest.CaptureFixture
         assert whole in out, (whole, out)
     # No room left for a whole run id: it is left out and named, never shown cut.
     assert "69a8954" not in out.replace("run_id", "") and "run_id" in out.splitlines()[-1]
+
+
+def test_a_rows_state_shows_before_lesser_columns(capsys: pytest.CaptureFixture[str]) -> None:
+    rows = [
+        {
+            "id": "job_01a252d36144_9da556ce",
+            "name": "agents-finetune-with-a-long-name",
+            "queue": "default",
+            "priority": 0,
+            "state": "succeeded",
+            "attempt": 1,
+        }
+    ]
+    print_table(rows)
+    out = capsys.readouterr().out
+    assert "succeeded" in out and "state" in out.splitlines()[1]
