@@ -20,7 +20,7 @@ import pytest
 from aifab.serve.keys import create_key
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from serve_proc import ENTRY, free_port  # noqa: E402
+from serve_proc import ENTRY, free_port, stop  # noqa: E402
 
 pytestmark = pytest.mark.integration
 
@@ -55,12 +55,7 @@ def serving(port: int) -> Iterator[subprocess.Popen[str]]:
     try:
         yield proc
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        stop(proc)
 
 
 def predict(url: str, secret: str) -> httpx.Response:
